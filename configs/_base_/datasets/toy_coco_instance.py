@@ -1,0 +1,52 @@
+# The embedded toy dataset (python tools/make_toy_coco.py writes it to data/toy_coco/).
+_base_ = 'mmdet::_base_/datasets/coco_instance.py'
+
+dataset_type = 'LazyCocoDataset'  # mmdet_ext: annotations in a shared, memory-mapped store
+data_root = 'data/toy_coco/'
+metainfo = dict(classes=('circle', 'rectangle', 'triangle', 'ring'))
+image_scale = (320, 240)
+
+train_pipeline = [
+    dict(type='NativeLoadImageFromFile'),
+    dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
+    dict(type='Resize', scale=image_scale, keep_ratio=True),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackDetInputs'),
+]
+test_pipeline = [
+    dict(type='NativeLoadImageFromFile'),
+    dict(type='Resize', scale=image_scale, keep_ratio=True),
+    dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
+    dict(type='PackDetInputs',
+         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
+]
+train_dataloader = dict(
+    batch_size=4,
+    num_workers=2,
+    dataset=dict(
+        type=dataset_type,
+        data_root=data_root,
+        metainfo=metainfo,
+        ann_file='annotations/instances_train.json',
+        data_prefix=dict(img='train/'),
+        filter_cfg=dict(filter_empty_gt=True, min_size=8),
+        pipeline=train_pipeline))
+val_dataloader = dict(
+    batch_size=4,
+    num_workers=2,
+    dataset=dict(
+        type=dataset_type,
+        data_root=data_root,
+        metainfo=metainfo,
+        ann_file='annotations/instances_val.json',
+        data_prefix=dict(img='val/'),
+        pipeline=test_pipeline))
+# No silent hangs: a worker that produces no batch for `timeout` seconds (stuck on a file, a
+# deadlock) makes the DataLoader raise "DataLoader timed out after N seconds". PyTorch refuses a
+# timeout without workers: set timeout=0 together with num_workers=0.
+train_dataloader.update(timeout=120)
+val_dataloader.update(timeout=120)
+test_dataloader = val_dataloader
+
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')
+test_evaluator = val_evaluator

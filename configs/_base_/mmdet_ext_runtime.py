@@ -1,0 +1,21 @@
+# mmdet's default runtime plus the plugin: what a user adds to adopt mmdet_ext from a config.
+_base_ = 'mmdet::_base_/default_runtime.py'
+
+custom_imports = dict(imports=['mmdet_ext'], allow_failed_imports=False)
+
+custom_hooks = [
+    # Every checkpoint load (load_from, resume, pretrained init_cfg) goes to CPU, weights_only-safe;
+    # auto-resume skips truncated/corrupt checkpoints.
+    dict(type='CpuCheckpointLoadHook'),
+    # RNG and sampler state travel in the checkpoint, so a resumed run repeats itself.
+    dict(type='ExactResumeHook'),
+    # Samples the main process, every DataLoader worker and CUDA, logs leak / sawtooth verdicts,
+    # writes memory.json + memory.png to the work dir (docs/memory_watch.md), and stops the run,
+    # report written, before the job's memory passes 90% of the machine's.
+    dict(type='MemoryWatchHook', interval=50, max_memory_fraction=0.9),
+]
+
+default_hooks = dict(
+    logger=dict(type='LoggerHook', interval=10),
+    # Crash-proof saves: temp file + fsync + atomic rename; pointer and pruning after the save.
+    checkpoint=dict(type='AtomicCheckpointHook', interval=1, max_keep_ckpts=3))

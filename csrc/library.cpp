@@ -1,0 +1,40 @@
+// Schemas of every tensor op in the mmdet_ext namespace. Kernels live one file per device and
+// register themselves with TORCH_LIBRARY_IMPL, so adding a backend never touches this file.
+#include <torch/library.h>
+
+TORCH_LIBRARY(mmdet_ext, m) {
+  // data: Tensor[N] uint8, the encoded file bytes (JPEG, PNG, BMP, ... whatever OpenCV reads).
+  // flags: cv::ImreadModes (IMREAD_COLOR, IMREAD_GRAYSCALE, IMREAD_UNCHANGED, optionally
+  // | IMREAD_IGNORE_ORIENTATION). Returns Tensor[H, W, C] uint8, channels in OpenCV order (BGR).
+  m.def("decode_image(Tensor data, int flags) -> Tensor");
+
+  // Instance masks (csrc/masks/), bit-exact with pycocotools. An RLE is COCO's: run lengths of
+  // the mask read column by column, zeros first; `counts` Tensor[K] int32 or int64, returned as
+  // int32. Batched ops pack N RLEs back to back: counts [sum K_i] + run_counts [N] (the K_i).
+  // Polygons: coords float64 [2 * points] (x0, y0, x1, y1, ... in px), part_lengths [P] (number
+  // of coordinates of each part), part_counts [N] (number of parts of each instance).
+  // Masks come back as Tensor[..., H, W] uint8 in {0, 1}, row-major.
+  m.def("rle_encode(Tensor mask) -> Tensor");
+  m.def("rle_decode(Tensor counts, int height, int width) -> Tensor");
+  m.def("rle_decode_batch(Tensor counts, Tensor run_counts, int height, int width) -> Tensor");
+  // The compressed COCO string (ASCII 48-111) as Tensor[L] uint8.
+  m.def("rle_to_string(Tensor counts) -> Tensor");
+  m.def("rle_from_string(Tensor data, int height, int width) -> Tensor");
+  m.def("rle_merge(Tensor counts, Tensor run_counts, int height, int width, bool intersect=False) "
+        "-> Tensor");
+  // Tensor[] int64, the number of foreground pixels.
+  m.def("rle_area(Tensor counts) -> Tensor");
+  // Tensor[4] float64, (x, y, w, h) as pycocotools' toBbox.
+  m.def("rle_to_bbox(Tensor counts, int height, int width) -> Tensor");
+  // boxes Tensor[N, 4] float32/float64 (x1, y1, x2, y2 in px), inds Tensor[N]: box i crops mask
+  // inds[i]. Returns Tensor[N, out_height, out_width] uint8, as mmdet's BitmapMasks /
+  // PolygonMasks.crop_and_resize(boxes, (out_height, out_width), inds).to_ndarray().
+  m.def("rle_crop_and_resize(Tensor counts, Tensor run_counts, int height, int width, "
+        "Tensor boxes, Tensor inds, int out_height, int out_width) -> Tensor");
+  // frPyObjects(parts, height, width) + merge: the union of the parts of one instance.
+  m.def("rle_from_polygons(Tensor coords, Tensor part_lengths, int height, int width) -> Tensor");
+  m.def("polygons_to_masks(Tensor coords, Tensor part_lengths, Tensor part_counts, int height, "
+        "int width) -> Tensor");
+  m.def("polygons_crop_and_resize(Tensor coords, Tensor part_lengths, Tensor part_counts, "
+        "Tensor boxes, Tensor inds, int out_height, int out_width) -> Tensor");
+}

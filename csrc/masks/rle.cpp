@@ -1,0 +1,399 @@
+// CPU kernels of the COCO RLE ops: encode / decode, the compressed string form, merge, area,
+// bounding box, and crop-and-resize for the Mask R-CNN mask head. Results are bit-exact with
+// pycocotools (and, for crop-and-resize, with mmcv's CPU roi_align as mmdet calls it).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+
+#include "rle.h"
+
+namespace mmdet_ext {
+namespace {
+
+using masks::Counts;
+
+at::Tensor rle_encode_cpu(const at::Tensor& mask) {
+  TORCH_CHECK(mask.device().is_cpu(), "rle_encode: expected the mask on the CPU, got ",
+              mask.device());
+  TORCH_CHECK(mask.dim() == 2 && (mask.scalar_type() == at::kByte ||
+                                  mask.scalar_type() == at::kBool),
+              "rle_encode: expected a (height, width) uint8 or bool mask, got ",
+              mask.scalar_type(), " with shape ", mask.sizes());
+  masks::check_image_size("rle_encode", "mask", mask.size(0), mask.size(1));
+  // COCO runs go down the columns; a Fortran-ordered mask (as pycocotools wants) needs no copy.
+  const at::Tensor columns = mask.t().contiguous();
+  const uint8_t* pixel = static_cast<const uint8_t*>(columns.const_data_ptr());
+  const int64_t area = columns.numel();
+  Counts counts;
+  bool value = false;
+  uint32_t run = 0;
+  for (int64_t i = 0; i < area; ++i) {
+    // pycocotools starts a new run whenever the byte changes; for a 0/1 mask that is the same
+    // as here, where any non-zero byte is foreground.
+    if ((pixel[i] != 0) != value) {
+      counts.push_back(run);
+      run = 0;
+      value = !value;
+    }
+    ++run;
+  }
+  counts.push_back(run);
+  return masks::counts_to_tensor(counts);
+}
+
+at::Tensor rle_decode_cpu(const at::Tensor& counts, int64_t height, int64_t width) {
+  const Counts runs = masks::read_counts("rle_decode", counts, height, width);
+  at::Tensor out = at::zeros({height, width}, at::kByte);
+  masks::paint_counts(runs.data(), static_cast<int64_t>(runs.size()), height, width,
+                      out.mutable_data_ptr<uint8_t>());
+  return out;
+}
+
+at::Tensor rle_decode_batch_cpu(const at::Tensor& counts, const at::Tensor& run_counts,
+                                int64_t height, int64_t width) {
+  const masks::PackedCounts rles =
+      masks::read_packed_counts("rle_decode_batch", counts, run_counts, height, width);
+  at::Tensor out = at::zeros({rles.size(), height, width}, at::kByte);
+  uint8_t* images = out.mutable_data_ptr<uint8_t>();
+  at::parallel_for(0, rles.size(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      masks::paint_counts(rles.data(i), rles.length(i), height, width,
+                          images + i * height * width);
+    }
+  });
+  return out;
+}
+
+// pycocotools' rleToString: each count (from the fourth on, minus the count two before it) as a
+// little-endian sequence of 5-bit groups, 0x20 = more groups follow, 0x10 of the last group =
+// sign, offset by 48 into printable ASCII.
+at::Tensor rle_to_string_cpu(const at::Tensor& counts) {
+  const Counts runs = masks::read_runs("rle_to_string", counts);
+  std::string text;
+  text.reserve(runs.size() * 2);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    int64_t x = runs[i];
+    if (i > 2) {
+      x -= runs[i - 2];
+    }
+    bool more = true;
+    while (more) {
+      int c = static_cast<int>(x & 0x1f);
+      x >>= 5;
+      more = (c & 0x10) ? x != -1 : x != 0;
+      if (more) {
+        c |= 0x20;
+      }
+      text.push_back(static_cast<char>(c + 48));
+    }
+  }
+  at::Tensor out = at::empty({static_cast<int64_t>(text.size())}, at::kByte);
+  if (!text.empty()) {  // an empty tensor's data pointer may be null: memcpy(null) is UB
+    std::memcpy(out.mutable_data_ptr<uint8_t>(), text.data(), text.size());
+  }
+  return out;
+}
+
+// pycocotools' rleFrString, with the checks it lacks: it reads past the end of a truncated
+// string and shifts 32-bit ints past their width for over-long values.
+at::Tensor rle_from_string_cpu(const at::Tensor& data, int64_t height, int64_t width) {
+  TORCH_CHECK(data.device().is_cpu() && data.dim() == 1 && data.scalar_type() == at::kByte,
+              "rle_from_string: expected the RLE string as a 1-D uint8 CPU tensor of ASCII "
+              "bytes, got ", data.scalar_type(), " with shape ", data.sizes(), " on ",
+              data.device());
+  masks::check_image_size("rle_from_string", "image", height, width);
+  const at::Tensor bytes = data.contiguous();
+  const uint8_t* s = bytes.const_data_ptr<uint8_t>();
+  const int64_t n = bytes.numel();
+  constexpr int kMaxGroups = 7;  // 35 bits: enough for any delta of two 31-bit counts
+  Counts runs;
+  int64_t sum = 0;
+  int64_t p = 0;
+  while (p < n) {
+    const int64_t first = p;
+    int64_t x = 0;
+    int groups = 0;
+    bool more = true;
+    while (more) {
+      TORCH_CHECK(p < n, "rle_from_string: the string ends inside the value that starts at byte ",
+                  first, " (its last character has the continuation bit 0x20 set; truncated?)");
+      const int c = static_cast<int>(s[p]) - 48;
+      TORCH_CHECK(c >= 0 && c < 64, "rle_from_string: byte ", p, " (value ",
+                  static_cast<int>(s[p]), ") is not a COCO RLE character (ASCII 48-111)");
+      TORCH_CHECK(groups < kMaxGroups, "rle_from_string: the value starting at byte ", first,
+                  " is longer than ", kMaxGroups, " characters; corrupt RLE string?");
+      x |= static_cast<int64_t>(c & 0x1f) << (5 * groups);
+      more = (c & 0x20) != 0;
+      ++p;
+      ++groups;
+      if (!more && (c & 0x10)) {
+        x |= static_cast<int64_t>(~uint64_t{0} << (5 * groups));  // sign-extend
+      }
+    }
+    if (runs.size() > 2) {
+      x += runs[runs.size() - 2];
+    }
+    TORCH_CHECK(x >= 0 && x <= masks::kMaxPixels, "rle_from_string: the value starting at byte ",
+                first, " decodes to run length ", x, ", outside [0, 2^31 - 1]; corrupt RLE?");
+    runs.push_back(static_cast<uint32_t>(x));
+    sum += x;
+  }
+  TORCH_CHECK(sum == height * width, "rle_from_string: the decoded runs sum to ", sum,
+              " but a ", height, "x", width, " mask has ", height * width,
+              " pixels (wrong size or corrupt RLE string)");
+  return masks::counts_to_tensor(runs);
+}
+
+at::Tensor rle_merge_cpu(const at::Tensor& counts, const at::Tensor& run_counts, int64_t height,
+                         int64_t width, bool intersect) {
+  const masks::PackedCounts rles =
+      masks::read_packed_counts("rle_merge", counts, run_counts, height, width);
+  TORCH_CHECK(rles.size() > 0, "rle_merge: needs at least one RLE (run_counts is empty)");
+  std::vector<Counts> list;
+  list.reserve(rles.size());
+  for (int64_t i = 0; i < rles.size(); ++i) {
+    list.emplace_back(rles.data(i), rles.data(i) + rles.length(i));
+  }
+  return masks::counts_to_tensor(masks::merge_counts(list, intersect));
+}
+
+at::Tensor rle_area_cpu(const at::Tensor& counts) {
+  const Counts runs = masks::read_runs("rle_area", counts);
+  int64_t area = 0;
+  for (size_t j = 1; j < runs.size(); j += 2) {
+    area += runs[j];
+  }
+  return at::scalar_tensor(area, at::kLong);
+}
+
+// pycocotools' rleToBbox (the version that walks whole foreground runs), in its 32-bit
+// unsigned arithmetic, so that an RLE without foreground gives the same numbers too.
+at::Tensor rle_to_bbox_cpu(const at::Tensor& counts, int64_t height, int64_t width) {
+  const Counts runs = masks::read_counts("rle_to_bbox", counts, height, width);
+  at::Tensor out = at::zeros({4}, at::kDouble);
+  const size_t m = runs.size() / 2 * 2;
+  if (m == 0) {
+    return out;
+  }
+  const auto h = static_cast<uint32_t>(height);
+  const auto w = static_cast<uint32_t>(width);
+  uint32_t xs = w, ys = h, xe = 0, ye = 0, cc = 0;
+  for (size_t j = 0; j < m; ++j) {
+    const uint32_t start = cc;
+    cc += runs[j];
+    if (j % 2 == 0 || runs[j] == 0) {
+      continue;
+    }
+    const uint32_t y_start = start % h, x_start = start / h;
+    const uint32_t y_end = (cc - 1) % h, x_end = (cc - 1) / h;
+    xs = std::min(xs, x_start);
+    xe = std::max(xe, x_end);
+    if (x_start < x_end) {  // the run wraps into the next column: every row is covered
+      ys = 0;
+      ye = h - 1;
+    } else {
+      ys = std::min(ys, y_start);
+      ye = std::max(ye, y_end);
+    }
+  }
+  double* box = out.mutable_data_ptr<double>();
+  box[0] = xs;
+  box[1] = ys;
+  box[2] = static_cast<uint32_t>(xe - xs + 1);
+  box[3] = static_cast<uint32_t>(ye - ys + 1);
+  return out;
+}
+
+// One sampling coordinate of mmcv's CPU roi_align (pre_calc_for_bilinear_interpolate), along
+// one axis; the 2-D weights are products of two of these, as in mmcv.
+template <typename T>
+struct AxisSample {
+  bool inside;
+  int low, high;
+  T l, h;  // distance to low and 1 - that
+};
+
+// Sample positions start + p * bin + (i + .5) * bin / grid along one axis of size `size`, in
+// mmcv's exact expression order and types, so rounding matches.
+template <typename T>
+std::vector<AxisSample<T>> axis_samples(T start, T bin, int grid, int pooled, int size) {
+  std::vector<AxisSample<T>> samples;
+  samples.reserve(static_cast<size_t>(pooled) * grid);
+  for (int p = 0; p < pooled; ++p) {
+    for (int i = 0; i < grid; ++i) {
+      T y = start + p * bin + static_cast<T>(i + .5f) * bin / static_cast<T>(grid);
+      AxisSample<T> s{};
+      s.inside = !(y < -1.0 || y > size);
+      if (s.inside) {
+        if (y <= 0) {
+          y = 0;
+        }
+        s.low = static_cast<int>(y);
+        if (s.low >= size - 1) {
+          s.high = s.low = size - 1;
+          y = static_cast<T>(s.low);
+        } else {
+          s.high = s.low + 1;
+        }
+        s.l = y - s.low;
+        s.h = 1. - s.l;
+      }
+      samples.push_back(s);
+    }
+  }
+  return samples;
+}
+
+// Pixels [y0, y1] x [x0, x1] of an RLE into a row-major window; only the runs that overlap it are
+// visited. `starts[j]` is where run j begins.
+void decode_window(const uint32_t* runs, const int64_t* starts, int64_t num_runs, int64_t height,
+                   int64_t y0, int64_t y1, int64_t x0, int64_t x1, std::vector<uint8_t>& window) {
+  const int64_t window_width = x1 - x0 + 1;
+  window.assign(static_cast<size_t>((y1 - y0 + 1) * window_width), 0);
+  int64_t j = std::upper_bound(starts, starts + num_runs, x0 * height + y0) - starts - 1;
+  for (int64_t x = x0; x <= x1; ++x) {
+    const int64_t lo = x * height + y0, hi = x * height + y1 + 1;
+    while (j < num_runs && starts[j] + runs[j] <= lo) {
+      ++j;
+    }
+    for (int64_t k = j; k < num_runs && starts[k] < hi; ++k) {
+      if (k % 2 == 1) {
+        const int64_t from = std::max(lo, starts[k]), to = std::min(hi, starts[k] + runs[k]);
+        for (int64_t i = from; i < to; ++i) {
+          window[(i - lo) * window_width + (x - x0)] = 1;
+        }
+      }
+    }
+  }
+}
+
+// One box of mmdet's BitmapMasks.crop_and_resize: mmcv roi_align(aligned=True,
+// sampling_ratio=0, 'avg', spatial_scale=1) on the 0/1 mask, then >= 0.5. ROIAlignForward is
+// followed line by line in type T (the boxes' dtype, which mmdet also uses for the mask).
+template <typename T>
+void roi_align_binary(const uint32_t* runs, const int64_t* starts, int64_t num_runs,
+                      int64_t height, int64_t width, const T* roi, int out_h, int out_w,
+                      std::vector<uint8_t>& window, uint8_t* out) {
+  const T offset = static_cast<T>(0.5);
+  const T spatial_scale = 1;
+  const T roi_start_w = roi[0] * spatial_scale - offset;
+  const T roi_start_h = roi[1] * spatial_scale - offset;
+  const T roi_end_w = roi[2] * spatial_scale - offset;
+  const T roi_end_h = roi[3] * spatial_scale - offset;
+  const T roi_width = roi_end_w - roi_start_w;
+  const T roi_height = roi_end_h - roi_start_h;
+  const T bin_size_h = static_cast<T>(roi_height) / static_cast<T>(out_h);
+  const T bin_size_w = static_cast<T>(roi_width) / static_cast<T>(out_w);
+  const int grid_h = static_cast<int>(std::ceil(static_cast<float>(roi_height / out_h)));
+  const int grid_w = static_cast<int>(std::ceil(static_cast<float>(roi_width / out_w)));
+  const T count = std::max(grid_h * grid_w, 1);
+
+  const auto ys = axis_samples<T>(roi_start_h, bin_size_h, grid_h, out_h, height);
+  const auto xs = axis_samples<T>(roi_start_w, bin_size_w, grid_w, out_w, width);
+  int64_t y0 = height, y1 = -1, x0 = width, x1 = -1;
+  for (const auto& s : ys) {
+    if (s.inside) {
+      y0 = std::min<int64_t>(y0, s.low);
+      y1 = std::max<int64_t>(y1, s.high);
+    }
+  }
+  for (const auto& s : xs) {
+    if (s.inside) {
+      x0 = std::min<int64_t>(x0, s.low);
+      x1 = std::max<int64_t>(x1, s.high);
+    }
+  }
+  if (y1 < 0 || x1 < 0) {  // every sample falls outside the image: mmcv adds only zeros
+    std::memset(out, 0, static_cast<size_t>(out_h) * out_w);
+    return;
+  }
+  decode_window(runs, starts, num_runs, height, y0, y1, x0, x1, window);
+  const int64_t ww = x1 - x0 + 1;
+  auto pixel = [&](int y, int x) { return static_cast<T>(window[(y - y0) * ww + (x - x0)]); };
+  for (int ph = 0; ph < out_h; ++ph) {
+    for (int pw = 0; pw < out_w; ++pw) {
+      T output_val = 0.;
+      for (int iy = 0; iy < grid_h; ++iy) {
+        const AxisSample<T>& sy = ys[ph * grid_h + iy];
+        for (int ix = 0; ix < grid_w; ++ix) {
+          const AxisSample<T>& sx = xs[pw * grid_w + ix];
+          if (!sy.inside || !sx.inside) {
+            continue;  // mmcv adds 0 * pixel(0, 0) + ... = 0 here
+          }
+          const T w1 = sy.h * sx.h, w2 = sy.h * sx.l, w3 = sy.l * sx.h, w4 = sy.l * sx.l;
+          const T val = w1 * pixel(sy.low, sx.low) + w2 * pixel(sy.low, sx.high) +
+                        w3 * pixel(sy.high, sx.low) + w4 * pixel(sy.high, sx.high);
+          output_val += val;
+        }
+      }
+      out[ph * out_w + pw] = output_val / count >= static_cast<T>(0.5) ? 1 : 0;
+    }
+  }
+}
+
+at::Tensor rle_crop_and_resize_cpu(const at::Tensor& counts, const at::Tensor& run_counts,
+                                   int64_t height, int64_t width, const at::Tensor& boxes,
+                                   const at::Tensor& inds, int64_t out_h, int64_t out_w) {
+  constexpr const char* op = "rle_crop_and_resize";
+  const masks::PackedCounts rles = masks::read_packed_counts(op, counts, run_counts, height,
+                                                             width);
+  const std::vector<int64_t> mask_index =
+      masks::read_crop_boxes(op, boxes, inds, rles.size(), out_h, out_w);
+  const int64_t n = boxes.size(0);
+  // Where each run starts, so a box only visits the runs that overlap it.
+  std::vector<int64_t> starts(rles.values.size());
+  for (int64_t r = 0; r < rles.size(); ++r) {
+    int64_t position = 0;
+    for (int64_t j = rles.offsets[r]; j < rles.offsets[r + 1]; ++j) {
+      starts[j] = position;
+      position += rles.values[j];
+    }
+  }
+  const at::Tensor rois = boxes.contiguous();
+  at::Tensor out = at::empty({n, out_h, out_w}, at::kByte);
+  uint8_t* images = out.mutable_data_ptr<uint8_t>();
+  AT_DISPATCH_FLOATING_TYPES(rois.scalar_type(), "rle_crop_and_resize", [&] {
+    const scalar_t* roi = rois.const_data_ptr<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      const scalar_t* b = roi + 4 * i;
+      TORCH_CHECK(b[2] >= b[0] && b[3] >= b[1], op, ": box ", i, " (", b[0], ", ", b[1], ", ",
+                  b[2], ", ", b[3], ") must have x2 >= x1 and y2 >= y1 (mmcv's roi_align "
+                  "refuses negative sizes)");
+    }
+    at::parallel_for(0, n, masks::kBoxesPerTask, [&](int64_t begin, int64_t end) {
+      std::vector<uint8_t> window;
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t r = mask_index[i];
+        roi_align_binary<scalar_t>(rles.data(r), starts.data() + rles.offsets[r], rles.length(r),
+                                   height, width, roi + 4 * i, static_cast<int>(out_h),
+                                   static_cast<int>(out_w), window,
+                                   images + i * out_h * out_w);
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mmdet_ext, CPU, m) {
+  m.impl("rle_encode", &rle_encode_cpu);
+  m.impl("rle_decode", &rle_decode_cpu);
+  m.impl("rle_decode_batch", &rle_decode_batch_cpu);
+  m.impl("rle_to_string", &rle_to_string_cpu);
+  m.impl("rle_from_string", &rle_from_string_cpu);
+  m.impl("rle_merge", &rle_merge_cpu);
+  m.impl("rle_area", &rle_area_cpu);
+  m.impl("rle_to_bbox", &rle_to_bbox_cpu);
+  m.impl("rle_crop_and_resize", &rle_crop_and_resize_cpu);
+}
+
+}  // namespace mmdet_ext

@@ -1,0 +1,66 @@
+// COCO run-length encoding (RLE) helpers shared by the mask kernels (rle.cpp, polygon.cpp).
+//
+// An RLE is the list of run lengths of a binary mask read in column-major (Fortran) order,
+// starting with a run of zeros (possibly empty), exactly as pycocotools stores it. Counts are
+// 32-bit like pycocotools' `uint`, so an image may have at most kMaxPixels pixels.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace mmdet_ext::masks {
+
+using Counts = std::vector<uint32_t>;
+
+// Crop-and-resize boxes handled per parallel task: one box (a 28x28 mask) takes microseconds.
+constexpr int64_t kBoxesPerTask = 16;
+
+// pycocotools indexes pixels with C `int` (x * h + y), so h * w must fit in int32.
+constexpr int64_t kMaxPixels = std::numeric_limits<int32_t>::max();
+
+// Refuses negative sizes and images of more than kMaxPixels pixels. `what` names the size in the
+// message ("image", "output").
+void check_image_size(const char* op, const char* what, int64_t height, int64_t width);
+
+// Checks a 1-D integer tensor of run lengths (each in [0, 2^31 - 1]) and returns it as 32-bit
+// counts.
+Counts read_runs(const char* op, const at::Tensor& counts);
+
+// read_runs, and the runs must sum to height * width.
+Counts read_counts(const char* op, const at::Tensor& counts, int64_t height, int64_t width);
+
+// Several RLEs packed one after another: counts [K_total], run_counts [N] (K of each RLE).
+struct PackedCounts {
+  Counts values;
+  std::vector<int64_t> offsets;  // [N + 1], RLE i is values[offsets[i], offsets[i + 1])
+
+  int64_t size() const { return static_cast<int64_t>(offsets.size()) - 1; }
+  const uint32_t* data(int64_t i) const { return values.data() + offsets[i]; }
+  int64_t length(int64_t i) const { return offsets[i + 1] - offsets[i]; }
+};
+
+// Checks and unpacks a batch of RLEs of one image size; every RLE must sum to height * width.
+PackedCounts read_packed_counts(const char* op, const at::Tensor& counts,
+                                const at::Tensor& run_counts, int64_t height, int64_t width);
+
+// pycocotools' rleMerge: union (or intersection) of same-size RLEs, merged left to right.
+Counts merge_counts(const std::vector<Counts>& rles, bool intersect);
+
+// Sets to 1 the foreground pixels of an RLE in a row-major (height, width) uint8 image and
+// leaves the others untouched, so painting several RLEs into one image gives their union.
+void paint_counts(const uint32_t* counts, int64_t num_counts, int64_t height, int64_t width,
+                  uint8_t* image);
+
+// Checks the arguments of a crop-and-resize op: a positive output size, boxes (N, 4) float32 or
+// float64 with finite x1, y1, x2, y2, and one index in [0, num_masks) per box, returned.
+std::vector<int64_t> read_crop_boxes(const char* op, const at::Tensor& boxes,
+                                     const at::Tensor& inds, int64_t num_masks, int64_t out_h,
+                                     int64_t out_w);
+
+// 1-D int32 tensor holding `counts`.
+at::Tensor counts_to_tensor(const Counts& counts);
+
+}  // namespace mmdet_ext::masks

@@ -1,0 +1,234 @@
+// Validation, merging and painting of COCO RLEs, shared by the mask kernels (see rle.h).
+#include "rle.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+
+namespace mmdet_ext::masks {
+
+void check_image_size(const char* op, const char* what, int64_t height, int64_t width) {
+  TORCH_CHECK(height >= 0 && width >= 0, op, ": the ", what, " size must be non-negative, got ",
+              height, "x", width, " (height x width)");
+  TORCH_CHECK(width == 0 || height <= kMaxPixels / width, op, ": the ", what, " size ", height,
+              "x", width, " has more than 2^31 - 1 pixels, which COCO RLE (32-bit counts) "
+              "cannot index");
+}
+
+namespace {
+
+void check_counts_tensor(const char* op, const char* name, const at::Tensor& counts) {
+  TORCH_CHECK(counts.device().is_cpu(), op, ": expected ", name, " on the CPU, got ",
+              counts.device());
+  TORCH_CHECK(counts.dim() == 1 && at::isIntegralType(counts.scalar_type(), false), op,
+              ": expected ", name, " as a 1-D integer tensor (int32 or int64), got ",
+              counts.scalar_type(), " with shape ", counts.sizes());
+}
+
+// Appends the counts to `out` and returns their sum; refuses negative or > 2^31 - 1 runs.
+int64_t append_counts(const char* op, const at::Tensor& counts, Counts& out) {
+  const at::Tensor values = counts.contiguous();
+  int64_t sum = 0;
+  AT_DISPATCH_INTEGRAL_TYPES(values.scalar_type(), "append_counts", [&] {
+    const scalar_t* data = values.const_data_ptr<scalar_t>();
+    const int64_t n = values.numel();
+    out.reserve(out.size() + n);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t run = static_cast<int64_t>(data[i]);
+      TORCH_CHECK(run >= 0 && run <= kMaxPixels, op, ": run length ", run, " at index ", i,
+                  " is out of range [0, 2^31 - 1]; corrupt RLE?");
+      sum += run;
+      out.push_back(static_cast<uint32_t>(run));
+    }
+  });
+  return sum;
+}
+
+}  // namespace
+
+Counts read_runs(const char* op, const at::Tensor& counts) {
+  check_counts_tensor(op, "counts", counts);
+  Counts out;
+  append_counts(op, counts, out);
+  return out;
+}
+
+Counts read_counts(const char* op, const at::Tensor& counts, int64_t height, int64_t width) {
+  check_image_size(op, "image", height, width);
+  check_counts_tensor(op, "counts", counts);
+  Counts out;
+  const int64_t sum = append_counts(op, counts, out);
+  TORCH_CHECK(sum == height * width, op, ": the RLE counts sum to ", sum, " but a ", height, "x",
+              width, " mask has ", height * width, " pixels (wrong size or corrupt RLE)");
+  return out;
+}
+
+PackedCounts read_packed_counts(const char* op, const at::Tensor& counts,
+                                const at::Tensor& run_counts, int64_t height, int64_t width) {
+  check_image_size(op, "image", height, width);
+  check_counts_tensor(op, "counts", counts);
+  check_counts_tensor(op, "run_counts", run_counts);
+  const at::Tensor lengths = run_counts.to(at::kLong).contiguous();
+  const int64_t* length = lengths.const_data_ptr<int64_t>();
+  const int64_t n = lengths.numel();
+  PackedCounts packed;
+  packed.offsets.resize(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK(length[i] >= 0, op, ": run_counts[", i, "] = ", length[i], " is negative");
+    packed.offsets[i + 1] = packed.offsets[i] + length[i];
+  }
+  TORCH_CHECK(packed.offsets[n] == counts.numel(), op, ": run_counts sum to ", packed.offsets[n],
+              " but counts holds ", counts.numel(), " runs");
+  append_counts(op, counts, packed.values);
+  const int64_t area = height * width;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t sum = 0;
+    for (int64_t j = packed.offsets[i]; j < packed.offsets[i + 1]; ++j) {
+      sum += packed.values[j];
+    }
+    TORCH_CHECK(sum == area, op, ": the counts of RLE ", i, " sum to ", sum, " but a ", height,
+                "x", width, " mask has ", area, " pixels (wrong size or corrupt RLE)");
+  }
+  return packed;
+}
+
+Counts merge_counts(const std::vector<Counts>& rles, bool intersect) {
+  if (rles.empty()) {
+    return {};
+  }
+  Counts merged = rles[0];
+  Counts next;
+  for (size_t i = 1; i < rles.size(); ++i) {
+    // Walk both run lists at once; a run ends wherever the combined value flips. This is
+    // pycocotools' loop, including its handling of empty runs, so the output is identical.
+    const Counts& a = merged;
+    const Counts& b = rles[i];
+    next.clear();
+    // An RLE of a zero-pixel mask may have no runs at all; read it as one empty run.
+    uint32_t ca = a.empty() ? 0 : a[0], cb = b.empty() ? 0 : b[0], cc = 0;
+    size_t ia = 1, ib = 1;
+    bool va = false, vb = false, v = false;
+    bool more = true;
+    while (more) {
+      const uint32_t c = std::min(ca, cb);
+      cc += c;
+      ca -= c;
+      if (ca == 0 && ia < a.size()) {
+        ca = a[ia++];
+        va = !va;
+      }
+      cb -= c;
+      if (cb == 0 && ib < b.size()) {
+        cb = b[ib++];
+        vb = !vb;
+      }
+      more = ca + cb > 0;
+      const bool previous = v;
+      v = intersect ? (va && vb) : (va || vb);
+      if (v != previous || !more) {
+        next.push_back(cc);
+        cc = 0;
+      }
+    }
+    merged.swap(next);
+  }
+  return merged;
+}
+
+void paint_counts(const uint32_t* counts, int64_t num_counts, int64_t height, int64_t width,
+                  uint8_t* image) {
+  // Runs go down the columns but the image is row-major: writing them pixel by pixel would touch
+  // one cache line per pixel. Instead the runs are memset into a column-major scratch window
+  // over the mask's bounding box, which is then transposed into the image in cache-sized tiles.
+  int64_t row0 = height, row1 = -1, col0 = width, col1 = -1;
+  int64_t start = 0;
+  for (int64_t j = 0; j < num_counts; start += counts[j], ++j) {
+    if (j % 2 == 0 || counts[j] == 0) {
+      continue;
+    }
+    const int64_t last = start + counts[j] - 1;
+    col0 = std::min(col0, start / height);
+    col1 = std::max(col1, last / height);
+    if (start / height != last / height) {
+      row0 = 0;
+      row1 = height - 1;
+    } else {
+      row0 = std::min(row0, start % height);
+      row1 = std::max(row1, last % height);
+    }
+  }
+  if (col1 < 0) {
+    return;
+  }
+  const int64_t rows = row1 - row0 + 1, cols = col1 - col0 + 1;
+  thread_local std::vector<uint8_t> window;
+  window.assign(static_cast<size_t>(rows * cols), 0);
+  start = 0;
+  for (int64_t j = 0; j < num_counts; start += counts[j], ++j) {
+    if (j % 2 == 0) {
+      continue;
+    }
+    for (int64_t position = start, end = start + counts[j]; position < end;) {
+      const int64_t column = position / height;
+      const int64_t stop = std::min(end, (column + 1) * height);
+      std::memset(window.data() + (column - col0) * rows + (position - column * height - row0), 1,
+                  static_cast<size_t>(stop - position));
+      position = stop;
+    }
+  }
+  constexpr int64_t kTile = 32;
+  for (int64_t c_tile = 0; c_tile < cols; c_tile += kTile) {
+    const int64_t c_end = std::min(cols, c_tile + kTile);
+    for (int64_t r_tile = 0; r_tile < rows; r_tile += kTile) {
+      const int64_t r_end = std::min(rows, r_tile + kTile);
+      for (int64_t r = r_tile; r < r_end; ++r) {
+        uint8_t* out = image + (row0 + r) * width + col0;
+        const uint8_t* in = window.data() + r;
+        for (int64_t c = c_tile; c < c_end; ++c) {
+          out[c] |= in[c * rows];
+        }
+      }
+    }
+  }
+}
+
+std::vector<int64_t> read_crop_boxes(const char* op, const at::Tensor& boxes,
+                                     const at::Tensor& inds, int64_t num_masks, int64_t out_h,
+                                     int64_t out_w) {
+  check_image_size(op, "output", out_h, out_w);
+  TORCH_CHECK(out_h > 0 && out_w > 0, op, ": the output size must be positive, got ", out_h, "x",
+              out_w);
+  TORCH_CHECK(boxes.device().is_cpu() && boxes.dim() == 2 && boxes.size(1) == 4 &&
+                  (boxes.scalar_type() == at::kFloat || boxes.scalar_type() == at::kDouble),
+              op, ": expected boxes as a (N, 4) float32 or float64 CPU tensor of x1, y1, x2, y2, "
+              "got ", boxes.scalar_type(), " with shape ", boxes.sizes());
+  if (!boxes.isfinite().all().item<bool>()) {
+    const int64_t bad = boxes.isfinite().all(1).logical_not().nonzero()[0][0].item<int64_t>();
+    TORCH_CHECK(false, op, ": box ", bad, " has a non-finite coordinate: ", boxes[bad]);
+  }
+  TORCH_CHECK(inds.device().is_cpu() && inds.dim() == 1 &&
+                  at::isIntegralType(inds.scalar_type(), false) && inds.numel() == boxes.size(0),
+              op, ": expected inds as a 1-D integer CPU tensor with one mask index per box (",
+              boxes.size(0), "), got ", inds.scalar_type(), " with shape ", inds.sizes());
+  const at::Tensor values = inds.to(at::kLong).contiguous();
+  std::vector<int64_t> index(values.const_data_ptr<int64_t>(),
+                             values.const_data_ptr<int64_t>() + values.numel());
+  for (size_t i = 0; i < index.size(); ++i) {
+    TORCH_CHECK(index[i] >= 0 && index[i] < num_masks, op, ": inds[", i, "] = ", index[i],
+                " is out of range for ", num_masks, " masks");
+  }
+  return index;
+}
+
+at::Tensor counts_to_tensor(const Counts& counts) {
+  at::Tensor out = at::empty({static_cast<int64_t>(counts.size())}, at::kInt);
+  if (!counts.empty()) {
+    std::memcpy(out.mutable_data_ptr<int32_t>(), counts.data(), counts.size() * sizeof(uint32_t));
+  }
+  return out;
+}
+
+}  // namespace mmdet_ext::masks

@@ -1,0 +1,234 @@
+#include "mapped_store.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include <torch/types.h>
+
+#include "store_format.h"
+
+namespace mmdet_ext {
+namespace store {
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+[[noreturn]] void fail(const std::string& path, const std::string& problem) {
+  throw StoreError("annotation store " + path + ": " + problem);
+}
+
+uint64_t align_up(uint64_t value) { return (value + kAlignment - 1) / kAlignment * kAlignment; }
+
+// Closes the descriptor on every path out of write_store/MappedStore.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+void write_all(int fd, const void* data, uint64_t size, const std::string& path) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t written = ::write(fd, bytes, size);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      fail(path, "write failed: " + errno_text());
+    }
+    bytes += written;
+    size -= static_cast<uint64_t>(written);
+  }
+}
+
+uint64_t header_checksum(Header header) {
+  header.header_checksum = 0;
+  return checksum64(reinterpret_cast<const uint8_t*>(&header), sizeof(Header));
+}
+
+std::string directory_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+}
+
+}  // namespace
+
+class Mapping {
+ public:
+  Mapping(void* data, uint64_t size) : data_(data), size_(size) {}
+  ~Mapping() { ::munmap(data_, size_); }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  const uint8_t* bytes() const { return static_cast<const uint8_t*>(data_); }
+  uint64_t size() const { return size_; }
+
+ private:
+  void* data_;
+  uint64_t size_;
+};
+
+void write_store(const std::string& path,
+                 const std::vector<std::pair<std::string, at::Tensor>>& sections,
+                 const std::string& key) {
+  if (key.size() != kKeyBytes) fail(path, "the key must be " + std::to_string(kKeyBytes) + " bytes");
+  std::vector<SectionEntry> table(sections.size());
+  std::vector<at::Tensor> arrays;
+  uint64_t offset = align_up(sizeof(Header) + sizeof(SectionEntry) * sections.size());
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const auto& [name, tensor] = sections[i];
+    if (name.empty() || name.size() >= kMaxSectionName) fail(path, "bad section name '" + name + "'");
+    if (!tensor.device().is_cpu() || (tensor.dim() != 1 && tensor.dim() != 2)) {
+      fail(path, "section '" + name + "' must be a 1-D or 2-D CPU tensor");
+    }
+    arrays.push_back(tensor.contiguous());
+    SectionEntry& entry = table[i];
+    std::memset(&entry, 0, sizeof(entry));
+    std::memcpy(entry.name, name.data(), name.size());
+    entry.dtype = static_cast<int32_t>(tensor.scalar_type());
+    entry.ndim = static_cast<int32_t>(tensor.dim());
+    entry.shape[0] = tensor.size(0);
+    entry.shape[1] = tensor.dim() == 2 ? tensor.size(1) : 1;
+    entry.offset = offset;
+    entry.nbytes = tensor.numel() * tensor.element_size();
+    offset = align_up(offset + entry.nbytes);
+  }
+
+  // Assemble in memory: the checksum needs every byte, and one sequential write is fastest.
+  std::vector<uint8_t> file(offset, 0);
+  Header header;
+  std::memset(&header, 0, sizeof(header));
+  std::memcpy(header.magic, kMagic, sizeof(kMagic));
+  header.version = kFormatVersion;
+  header.num_sections = static_cast<uint32_t>(sections.size());
+  header.file_size = offset;
+  std::memcpy(header.key, key.data(), kKeyBytes);
+  // Empty vectors/tensors may have null data pointers, and memcpy from null is UB even for 0 bytes.
+  if (!table.empty()) {
+    std::memcpy(file.data() + sizeof(Header), table.data(), sizeof(SectionEntry) * table.size());
+  }
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (table[i].nbytes > 0) {
+      std::memcpy(file.data() + table[i].offset, arrays[i].data_ptr(), table[i].nbytes);
+    }
+  }
+  header.payload_checksum = checksum64(file.data() + sizeof(Header), offset - sizeof(Header));
+  header.header_checksum = header_checksum(header);
+  std::memcpy(file.data(), &header, sizeof(Header));
+
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  {
+    FileDescriptor fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) fail(path, "cannot create " + temporary + ": " + errno_text());
+    try {
+      write_all(fd.get(), file.data(), file.size(), temporary);
+      if (::fsync(fd.get()) != 0) fail(path, "fsync failed: " + errno_text());
+    } catch (...) {
+      ::unlink(temporary.c_str());
+      throw;
+    }
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    const std::string reason = errno_text();
+    ::unlink(temporary.c_str());
+    fail(path, "cannot rename the finished store into place: " + reason);
+  }
+  FileDescriptor dir(::open(directory_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() >= 0) ::fsync(dir.get());  // make the rename itself durable
+}
+
+MappedStore::MappedStore(const std::string& path, bool verify_payload) : path_(path) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail(path, "cannot open: " + errno_text());
+  struct stat info;
+  if (::fstat(fd.get(), &info) != 0) fail(path, "cannot stat: " + errno_text());
+  const uint64_t size = static_cast<uint64_t>(info.st_size);
+  if (size < sizeof(Header)) {
+    fail(path, "truncated: " + std::to_string(size) + " bytes, smaller than the header");
+  }
+  void* data = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (data == MAP_FAILED) fail(path, "mmap failed: " + errno_text());
+  mapping_ = std::make_shared<Mapping>(data, size);
+
+  Header header;
+  std::memcpy(&header, mapping_->bytes(), sizeof(Header));
+  if (std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0) {
+    fail(path, "not an mmdet_ext annotation store (bad magic)");
+  }
+  if (header.version != kFormatVersion) {
+    fail(path, "format version " + std::to_string(header.version) + ", this build reads version " +
+                   std::to_string(kFormatVersion));
+  }
+  if (header.header_checksum != header_checksum(header)) fail(path, "corrupt header (checksum)");
+  if (header.file_size != size) {
+    fail(path, "truncated or padded: header says " + std::to_string(header.file_size) +
+                   " bytes, the file has " + std::to_string(size));
+  }
+  const uint64_t table_end = sizeof(Header) + sizeof(SectionEntry) * uint64_t{header.num_sections};
+  if (table_end > size) fail(path, "corrupt section table (runs past the end of the file)");
+  if (verify_payload &&
+      checksum64(mapping_->bytes() + sizeof(Header), size - sizeof(Header)) !=
+          header.payload_checksum) {
+    fail(path, "corrupt data (payload checksum mismatch)");
+  }
+  for (const auto& [name, tensor] : sections()) {
+    (void)name;
+    (void)tensor;  // sections() validates every entry's bounds and type
+  }
+}
+
+std::string MappedStore::key() const {
+  Header header;
+  std::memcpy(&header, mapping_->bytes(), sizeof(Header));
+  return std::string(reinterpret_cast<const char*>(header.key), kKeyBytes);
+}
+
+uint64_t MappedStore::file_size() const { return mapping_->size(); }
+
+std::vector<std::pair<std::string, at::Tensor>> MappedStore::sections() const {
+  Header header;
+  std::memcpy(&header, mapping_->bytes(), sizeof(Header));
+  std::vector<std::pair<std::string, at::Tensor>> result;
+  for (uint32_t i = 0; i < header.num_sections; ++i) {
+    SectionEntry entry;
+    std::memcpy(&entry, mapping_->bytes() + sizeof(Header) + i * sizeof(SectionEntry),
+                sizeof(SectionEntry));
+    const std::string name(entry.name, strnlen(entry.name, kMaxSectionName));
+    if (name.empty() || name.size() == kMaxSectionName) fail(path_, "corrupt section name");
+    if (entry.ndim != 1 && entry.ndim != 2) fail(path_, "section '" + name + "' has bad rank");
+    if (entry.dtype < 0 || entry.dtype >= static_cast<int32_t>(at::ScalarType::NumOptions)) {
+      fail(path_, "section '" + name + "' has an unknown dtype");
+    }
+    const auto dtype = static_cast<at::ScalarType>(entry.dtype);
+    const uint64_t numel = static_cast<uint64_t>(entry.shape[0]) * static_cast<uint64_t>(entry.shape[1]);
+    if (entry.shape[0] < 0 || entry.shape[1] < 0 || entry.offset % kAlignment != 0 ||
+        entry.nbytes != numel * c10::elementSize(dtype) || entry.offset > mapping_->size() ||
+        entry.nbytes > mapping_->size() - entry.offset) {
+      fail(path_, "section '" + name + "' lies outside the file or disagrees with its shape");
+    }
+    std::vector<int64_t> shape = {entry.shape[0]};
+    if (entry.ndim == 2) shape.push_back(entry.shape[1]);
+    auto owner = mapping_;
+    // The mapping is read-only: the tensor is only ever exposed to Python as a read-only array.
+    void* data = const_cast<uint8_t*>(mapping_->bytes() + entry.offset);
+    result.emplace_back(name, torch::from_blob(data, shape, [owner](void*) {},
+                                               torch::TensorOptions().dtype(dtype)));
+  }
+  return result;
+}
+
+}  // namespace store
+}  // namespace mmdet_ext

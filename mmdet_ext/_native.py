@@ -1,0 +1,30 @@
+"""Loads the compiled extension ``mmdet_ext._C`` and refuses a missing or stale build."""
+from pathlib import Path
+from types import ModuleType
+
+from ._build_hash import source_hash
+
+REBUILD_HINT = ('Rebuild it from the repository root with `pip install --no-build-isolation -e .` '
+                '(or `bash tools/install_deps.sh`).')
+
+
+def load_extension() -> ModuleType:
+    """Import ``mmdet_ext._C`` (which registers ``torch.ops.mmdet_ext``) and check it is current.
+
+    The check compares the source hash baked in at build time with the ``csrc/`` tree next to the
+    package, when there is one (a source checkout): an extension compiled from older sources would
+    otherwise run silently with old behaviour.
+    """
+    import torch  # noqa: F401  (the extension links against libtorch; load it first)
+
+    try:
+        from . import _C
+    except ImportError as err:
+        raise ImportError(f'mmdet_ext: the compiled extension mmdet_ext._C is missing or was '
+                          f'built against another torch/OpenCV ({err}). {REBUILD_HINT}') from err
+
+    csrc_dir = Path(__file__).resolve().parent.parent / 'csrc'
+    if csrc_dir.is_dir() and _C.source_hash() != source_hash(csrc_dir):
+        raise ImportError(f'mmdet_ext: the compiled extension {_C.__file__} is stale: the sources '
+                          f'in {csrc_dir} changed after it was built. {REBUILD_HINT}')
+    return _C

@@ -1,0 +1,63 @@
+"""Which sample each loading process is on, kept in a tiny file so a dead worker can be named.
+
+Why: a DataLoader worker killed by a segfault in a decoder or by the OOM killer only leaves
+"DataLoader worker (pid 1234) is killed by signal" in the main process -- no Python exception,
+so no file name. Each process keeps ``inflight_<pid>.txt`` (one fixed-size record rewritten in
+place with ``pwrite``: no open/close per sample) saying what it is loading; ``dead_worker_samples``
+turns the pids in such an error message into the samples they were on.
+"""
+import os
+import os.path as osp
+import re
+from typing import Optional
+
+RECORD_BYTES = 1024  # fixed size, so a shorter record overwrites a longer one completely
+_PIDS = re.compile(r'pid(?:\(s\))? ([\d, ]+)')
+
+
+def inflight_path(directory: str, pid: int) -> str:
+    return osp.join(directory, f'inflight_{pid}.txt')
+
+
+class InflightRecord:
+    """Per-process "currently loading" record under ``directory`` (None: record nothing)."""
+
+    def __init__(self, directory: Optional[str]) -> None:
+        self.directory = directory
+        self._fd: Optional[int] = None
+        self._pid: Optional[int] = None
+
+    def __getstate__(self) -> dict:
+        return {'directory': self.directory, '_fd': None, '_pid': None}
+
+    def _write(self, text: str) -> None:
+        if self.directory is None:
+            return
+        if self._pid != os.getpid():  # first use in this process (or after a fork)
+            os.makedirs(self.directory, exist_ok=True)
+            self._fd = os.open(inflight_path(self.directory, os.getpid()),
+                               os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            self._pid = os.getpid()
+        data = text.encode()[:RECORD_BYTES - 1] + b'\n'
+        os.pwrite(self._fd, data.ljust(RECORD_BYTES, b' '), 0)
+
+    def begin(self, description: str) -> None:
+        """Record that this process starts loading ``description`` (a sample)."""
+        self._write(f'loading {description}')
+
+    def end(self) -> None:
+        self._write('idle')
+
+
+def dead_worker_samples(message: str, directory: str) -> list[str]:
+    """For each pid in a DataLoader worker-death ``message``: what that worker was loading."""
+    match = _PIDS.search(message)
+    if match is None:
+        return []
+    notes = []
+    for pid in (p.strip() for p in match.group(1).split(',')):
+        path = inflight_path(directory, int(pid)) if pid.isdigit() else ''
+        if pid.isdigit() and osp.exists(path):
+            with open(path) as f:
+                notes.append(f'worker pid {pid} was {f.read().strip()}')
+    return notes

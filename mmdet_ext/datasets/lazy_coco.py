@@ -1,0 +1,224 @@
+"""COCO instance segmentation served from a memory-mapped annotation store."""
+import os.path as osp
+from typing import Optional, Sequence, Union
+
+import numpy as np
+from mmdet.datasets import BaseDetDataset, CocoDataset
+
+from ..io import DEFAULT_MAX_PIXELS
+from ..registry import DATASETS
+from .annotation_store import AnnotationStore, open_store
+from .bad_samples import BadSamplePolicy, log_dir
+from .coco_store_layout import MASK_PNG, MASK_POLYGON, MASK_RLE
+from .inflight import InflightRecord
+from .validation import resolve_policy
+
+
+@DATASETS.register_module()
+class LazyCocoDataset(BaseDetDataset):
+    """Drop-in for mmdet's ``CocoDataset`` whose annotations live in a shared, read-only store.
+
+    Same arguments and the same ``data_info`` (``img_path``, ``img_id``, ``seg_map_path``,
+    ``height``, ``width``, ``instances`` with ``bbox``, ``bbox_label``, ``ignore_flag``, ``mask``),
+    image order, filtering and label mapping as ``CocoDataset``, so mmdet's transforms and
+    ``CocoMetric`` work unchanged. Differences, and why:
+
+    - Copy-safe by construction: every ``get_data_info`` call builds new containers from the
+      store, so whatever a pipeline or collate does to a sample (mutate lists, convert to tensors
+      in place, delete keys, seed 000) cannot change what the next epoch sees.
+    - No per-sample Python objects at rest and no per-rank copy: see ``AnnotationStore``.
+      ``serialize_data`` is accepted and ignored (the store already is the serialized form).
+    - Instances with ``"mask_file"`` (a per-instance PNG path relative to ``data_root``) get
+      ``mask=dict(mask_file=<path>)``; ``LoadLazyAnnotations`` reads it when the sample is used.
+
+    Bad data (see ``validation.py`` and ``bad_samples.py``):
+
+    - ``validate=True`` checks the json and the image/mask file headers when the store is built
+      and stores the cleaned data per ``bad_data_policy`` (problem kind -> action, over
+      ``DEFAULT_POLICY``); the report is ``<store>.problems.jsonl``. In ``test_mode`` nothing is
+      dropped and nothing fails (every action becomes ``'report'``): ``CocoMetric`` evaluates
+      against the original json, so the evaluated images must stay the json's.
+    - ``on_bad_sample`` decides what an exception while loading a sample becomes: ``'raise'`` a
+      ``BadSampleError`` naming the sample, image id, file and cause; ``'skip'`` (training only;
+      mmengine refuses a None sample in ``test_mode``) logs it once, appends it to
+      ``bad_samples.jsonl`` in ``work_dir`` (default: the current logger's directory) and loads
+      another sample, until more than ``max_bad_fraction`` of the samples tried were bad.
+    - Every process keeps ``inflight_<pid>.txt`` in ``work_dir`` naming the sample it is loading,
+      so a worker killed by a signal can be named (``dead_worker_samples``, used by
+      ``tools/train.py``).
+
+    Args:
+        store_cache_dir: where to cache the store; default next to ``ann_file``.
+        validate: validate the json and its files when building the store.
+        bad_data_policy: overrides of ``DEFAULT_POLICY`` (problem kind -> action).
+        max_pixels: images and RLEs declaring more pixels are invalid (decompression bombs).
+        on_bad_sample: ``'raise'`` or ``'skip'``.
+        max_bad_fraction: under ``'skip'``, the fraction of bad samples that stops the run.
+        work_dir: where ``bad_samples.jsonl`` and ``inflight_<pid>.txt`` go; default the current
+            mmengine logger's directory (``<work_dir>/<timestamp>`` under a Runner), else none.
+        (all other arguments as mmdet's ``CocoDataset``)
+    """
+
+    METAINFO = CocoDataset.METAINFO
+
+    def __init__(self, *args, store_cache_dir: Optional[str] = None, validate: bool = True,
+                 bad_data_policy: Optional[dict[str, str]] = None,
+                 max_pixels: int = DEFAULT_MAX_PIXELS, on_bad_sample: str = 'raise',
+                 max_bad_fraction: float = 0.1, work_dir: Optional[str] = None,
+                 **kwargs) -> None:
+        self.store_cache_dir = store_cache_dir
+        self.validate = validate
+        self.bad_data_policy = resolve_policy(bad_data_policy)
+        self.max_pixels = max_pixels
+        self.bad_samples = BadSamplePolicy(on_bad_sample, max_bad_fraction, work_dir)
+        self.inflight = InflightRecord(work_dir or log_dir())
+        self.store: Optional[AnnotationStore] = None
+        self._rows = np.zeros(0, dtype=np.int64)
+        super().__init__(*args, **kwargs)
+
+    def full_init(self) -> None:
+        if self._fully_initialized:
+            return
+        if self.proposal_file is not None:
+            raise ValueError('LazyCocoDataset does not support proposal_file; use CocoDataset')
+        self.store = open_store(self.ann_file, self.store_cache_dir, self.backend_args,
+                                validation=self._validation_args())
+        self.cat_ids = self._selected_category_ids()
+        self.cat2label = {cat_id: label for label, cat_id in enumerate(self.cat_ids)}
+        self._rows = self._filtered_rows()
+        if self._indices is not None:
+            self._rows = self._subset(self._rows, self._indices)
+        self._fully_initialized = True
+
+    def _validation_args(self) -> Optional[dict]:
+        if not self.validate:
+            return None
+        policy = self.bad_data_policy
+        if self.test_mode:
+            policy = {kind: 'report' for kind in policy}
+        return {'img_prefix': self.data_prefix.get('img', ''), 'mask_root': self.data_root or '',
+                'policy': policy, 'max_pixels': self.max_pixels}
+
+    def _image_ref(self, idx: int) -> tuple[int, str]:
+        """(img_id, img_path) of sample ``idx``, without building its instances."""
+        row = int(self._rows[idx])
+        file_name = self.store.text('file_name_bytes', *self.store['file_name_range'][row])
+        return int(self.store['image_id'][row]), osp.join(self.data_prefix['img'], file_name)
+
+    def prepare_data(self, idx: int) -> Optional[dict]:
+        """The pipeline's output for ``idx``; a failure goes through ``self.bad_samples``."""
+        img_id, img_path = self._image_ref(idx)
+        self.bad_samples.tried_one()
+        self.inflight.begin(f'sample {idx} (img_id={img_id}, img_path={img_path})')
+        try:
+            data = super().prepare_data(idx)
+        except Exception as err:  # noqa: BLE001 -- any pipeline failure is a bad sample
+            self.inflight.end()
+            self.bad_samples.handle(err, idx, img_id, img_path)
+            return None
+        self.inflight.end()
+        return data
+
+    def _selected_category_ids(self) -> list[int]:
+        # Same rule as pycocotools' getCatIds(catNms=...): json order, not `classes` order.
+        store = self.store
+        wanted = set(self.metainfo['classes'])
+        names = [store.text('category_name_bytes', *r) for r in store['category_name_range']]
+        return [int(cat_id) for cat_id, name in zip(store['category_ids'], names) if name in wanted]
+
+    def _filtered_rows(self) -> np.ndarray:
+        """Store rows (images) kept by ``filter_cfg``, exactly as ``CocoDataset.filter_data``."""
+        store = self.store
+        rows = np.arange(store.num_images, dtype=np.int64)
+        if self.test_mode or self.filter_cfg is None:
+            return rows
+        keep = np.ones(store.num_images, dtype=bool)
+        if self.filter_cfg.get('filter_empty_gt', False):
+            # CocoDataset keeps images with any annotation (crowd and ignored ones included) of
+            # a selected category.
+            selected = np.isin(store['category_id'], np.asarray(self.cat_ids, dtype=np.int64))
+            image_of_instance = np.repeat(rows, np.diff(store['instance_offsets']))
+            has_selected = np.zeros(store.num_images, dtype=bool)
+            has_selected[image_of_instance[selected]] = True
+            keep &= has_selected
+        keep &= store['image_hw'].min(axis=1) >= self.filter_cfg.get('min_size', 0)
+        return rows[keep]
+
+    @staticmethod
+    def _subset(rows: np.ndarray, indices: Union[int, Sequence[int]]) -> np.ndarray:
+        if isinstance(indices, int):
+            return rows[:indices] if indices >= 0 else rows[indices:]
+        return rows[np.asarray(indices, dtype=np.int64)]
+
+    def __len__(self) -> int:
+        if not self._fully_initialized:
+            self.full_init()
+        return len(self._rows)
+
+    def get_data_info(self, idx: int) -> dict:
+        """A fresh ``data_info`` dict for sample ``idx`` (new objects on every call)."""
+        if not self._fully_initialized:
+            self.full_init()
+        row = int(self._rows[idx])
+        store = self.store
+        height, width = (int(v) for v in store['image_hw'][row])
+        file_name = store.text('file_name_bytes', *store['file_name_range'][row])
+        seg_map_path = None
+        if self.data_prefix.get('seg', None):
+            seg_map_path = osp.join(self.data_prefix['seg'],
+                                    file_name.rsplit('.', 1)[0] + self.seg_map_suffix)
+        data_info = {
+            'img_path': osp.join(self.data_prefix['img'], file_name),
+            'img_id': int(store['image_id'][row]),
+            'seg_map_path': seg_map_path,
+            'height': height,
+            'width': width,
+        }
+        if self.return_classes:
+            data_info['text'] = self.metainfo['classes']
+            data_info['caption_prompt'] = self.caption_prompt
+            data_info['custom_entities'] = True
+        start, end = store['instance_offsets'][row:row + 2]
+        data_info['instances'] = [
+            instance for instance in (self._instance(i, height, width) for i in range(start, end))
+            if instance is not None
+        ]
+        data_info['sample_idx'] = idx if idx >= 0 else len(self) + idx
+        return data_info
+
+    def _instance(self, i: int, height: int, width: int) -> Optional[dict]:
+        """Instance ``i`` in mmdet's format, or None where ``CocoDataset.parse_data_info`` drops it."""
+        store = self.store
+        if store['ignore'][i]:
+            return None
+        x1, y1, w, h = (float(v) for v in store['bbox'][i])
+        inter_w = max(0, min(x1 + w, width) - max(x1, 0))
+        inter_h = max(0, min(y1 + h, height) - max(y1, 0))
+        category_id = int(store['category_id'][i])
+        if inter_w * inter_h == 0 or store['area'][i] <= 0 or w < 1 or h < 1 \
+                or category_id not in self.cat2label:
+            return None
+        instance = {
+            'ignore_flag': int(store['iscrowd'][i]),
+            'bbox': [x1, y1, x1 + w, y1 + h],
+            'bbox_label': self.cat2label[category_id],
+        }
+        mask = self._mask(i)
+        if mask is not None:
+            instance['mask'] = mask
+        return instance
+
+    def _mask(self, i: int) -> Union[list, dict, None]:
+        store = self.store
+        kind = store['mask_kind'][i]
+        start, end = (int(v) for v in store['mask_range'][i])
+        if kind == MASK_POLYGON:
+            part_offsets = store['poly_part_offsets']
+            coords = store['poly_coords']
+            return [coords[part_offsets[p]:part_offsets[p + 1]].tolist() for p in range(start, end)]
+        if kind == MASK_RLE:
+            return {'size': [int(v) for v in store['rle_hw'][i]],
+                    'counts': store.text('blob', start, end)}
+        if kind == MASK_PNG:
+            return {'mask_file': osp.join(self.data_root or '', store.text('blob', start, end))}
+        return None

@@ -1,0 +1,189 @@
+"""CPU-first, allowlisted loading of mmengine/mmdet checkpoints.
+
+Why: ``torch.load`` without ``map_location`` restores every tensor onto the device it was saved
+from, and mmengine's ``Runner.resume`` maps to ``'cuda'`` (the current device), so after
+``load_from``/``resume`` one GPU can hold everybody's copy (seed 003). And since torch 2.6
+``torch.load`` defaults to ``weights_only=True``, which refuses mmengine's ``HistoryBuffer`` and
+numpy arrays, so stock mmengine 0.10.7 cannot resume at all; the usual "fix" turns safety off.
+Here every load goes to CPU (memory-mapped when the file allows it) through
+``weights_only=True`` with an explicit allowlist of what these checkpoints legitimately contain.
+"""
+import importlib
+import logging
+import os
+import pickle
+import zipfile
+from collections import OrderedDict
+from typing import Any, Callable, Sequence, Union
+
+import numpy as np
+import torch
+from mmengine.logging import HistoryBuffer, print_log
+from mmengine.runner.checkpoint import CheckpointLoader
+
+SafeGlobal = Union[Callable, tuple[Callable, str]]
+
+# What ``HistoryBuffer`` pickles besides itself: its statistics methods, as
+# ``getattr(HistoryBuffer, 'mean')`` (pickle's way of naming a method by qualified name).
+_HISTORY_BUFFER_METHODS = frozenset({'min', 'max', 'current', 'mean'})
+
+
+class CheckpointLoadError(RuntimeError):
+    """A checkpoint file that cannot be loaded safely: truncated, corrupt, or not allowlisted."""
+
+
+def _history_buffer_getattr(obj: Any, name: str) -> Any:
+    """Stands in for ``builtins.getattr`` while unpickling: only HistoryBuffer's statistics.
+
+    A general ``getattr`` would let a pickle reach any attribute of any allowlisted class.
+    """
+    if obj is HistoryBuffer and name in _HISTORY_BUFFER_METHODS:
+        return getattr(obj, name)
+    raise pickle.UnpicklingError(
+        f'getattr({obj!r}, {name!r}) is not allowed in a checkpoint; only '
+        f'HistoryBuffer.{{{", ".join(sorted(_HISTORY_BUFFER_METHODS))}}} are')
+
+
+def checkpoint_safe_globals() -> list[SafeGlobal]:
+    """Non-tensor globals that mmengine/mmdet checkpoints contain, allowed under weights_only.
+
+    Found with ``torch.serialization.get_unsafe_globals_in_checkpoint`` on checkpoints written by
+    mmengine 0.10.7's ``CheckpointHook`` (message hub history, numpy scalars in runtime info).
+    numpy >= 2 pickles ``numpy._core.multiarray.*``; numpy 1.x wrote ``numpy.core.multiarray.*``,
+    which existing checkpoints still carry, so both names map to the same functions.
+    """
+    multiarray = np._core.multiarray  # numpy 2: np.core is a deprecated alias
+    numpy_dtype_classes = [type(np.dtype(code)) for code in '?bBhHiIlLqQefdgFDGUSO']
+    return [
+        HistoryBuffer,  # message_hub's log history
+        (_history_buffer_getattr, 'builtins.getattr'),
+        (_history_buffer_getattr, '__builtin__.getattr'),  # protocol-2 spelling
+        np.ndarray,
+        np.dtype,
+        *numpy_dtype_classes,
+        (multiarray._reconstruct, 'numpy._core.multiarray._reconstruct'),
+        (multiarray._reconstruct, 'numpy.core.multiarray._reconstruct'),
+        (multiarray.scalar, 'numpy._core.multiarray.scalar'),
+        (multiarray.scalar, 'numpy.core.multiarray.scalar'),
+    ]
+
+
+def _safe_global_name(entry: SafeGlobal) -> str:
+    if isinstance(entry, tuple):
+        return entry[1]
+    return f'{entry.__module__}.{entry.__qualname__}'
+
+
+def resolve_safe_globals(names: Sequence[str]) -> list[Callable]:
+    """Import dotted names (``'my_pkg.module.MyClass'``) for :func:`load_checkpoint_to_cpu`.
+
+    Raises:
+        ValueError: a name that is not ``module.attribute`` or cannot be imported.
+    """
+    resolved = []
+    for name in names:
+        module_name, _, attr = name.rpartition('.')
+        try:
+            resolved.append(getattr(importlib.import_module(module_name), attr))
+        except (ImportError, AttributeError, ValueError) as err:
+            raise ValueError(f'extra_safe_globals: cannot import {name!r}: {err}') from err
+    return resolved
+
+
+def _disallowed_globals(filename: str, extra: Sequence[SafeGlobal]) -> list[str]:
+    allowed = {_safe_global_name(g) for g in [*checkpoint_safe_globals(), *extra]}
+    found = torch.serialization.get_unsafe_globals_in_checkpoint(filename)
+    return [name for name in found if name not in allowed]
+
+
+def _unpickler_reason(err: pickle.UnpicklingError) -> str:
+    """The line of torch's long weights_only message that says what was refused."""
+    message = str(err)
+    reason = message.partition('WeightsUnpickler error:')[2].partition('Check the documentation')[0]
+    return ' '.join(reason.split()) or message.splitlines()[0]
+
+
+def load_checkpoint_to_cpu(filename: str, *, allow_unsafe_globals: bool = False,
+                           extra_safe_globals: Sequence[Callable] = (),
+                           mmap: bool = True) -> Any:
+    """Load a checkpoint file onto the CPU, refusing pickled code that is not allowlisted.
+
+    Args:
+        filename: a local checkpoint path (``~`` expanded).
+        allow_unsafe_globals: load with ``weights_only=False`` (runs arbitrary pickled code; only
+            for checkpoints you trust). Logs a warning each time.
+        extra_safe_globals: classes/functions to allow on top of :func:`checkpoint_safe_globals`
+            (e.g. your own dataclass kept in ``meta``), still under ``weights_only=True``.
+        mmap: memory-map the tensor storages (private, copy-on-write mapping) instead of reading
+            them into RAM; zip-format checkpoints only, older formats are read normally.
+
+    Raises:
+        FileNotFoundError: ``filename`` does not exist.
+        CheckpointLoadError: the file is truncated/corrupt, or holds a global outside the allowlist
+            (the message names it and how to allow it).
+    """
+    filename = os.path.expanduser(filename)
+    if not os.path.isfile(filename):
+        raise FileNotFoundError(f'checkpoint {filename} does not exist')
+    is_zip = zipfile.is_zipfile(filename)
+    use_mmap = mmap and is_zip
+    if allow_unsafe_globals:
+        print_log(f'Loading {filename} with weights_only=False (allow_unsafe_globals=True): any '
+                  'code pickled in it runs now. Only do this for checkpoints you trust.',
+                  logger='current', level=logging.WARNING)
+        return torch.load(filename, map_location='cpu', weights_only=False, mmap=use_mmap)
+    try:
+        with torch.serialization.safe_globals([*checkpoint_safe_globals(), *extra_safe_globals]):
+            return torch.load(filename, map_location='cpu', weights_only=True, mmap=use_mmap)
+    except pickle.UnpicklingError as err:
+        offending = _disallowed_globals(filename, extra_safe_globals) if is_zip else []
+        what = ', '.join(offending) if offending else _unpickler_reason(err)
+        example = offending[0] if offending else 'module.Class'
+        raise CheckpointLoadError(
+            f'checkpoint {filename} holds objects outside the safe allowlist: {what}. If you '
+            f'trust this file, allow them deliberately in custom_hooks: '
+            f"dict(type='CpuCheckpointLoadHook', extra_safe_globals=['{example}']) keeps "
+            "weights_only loading, or allow_unsafe_globals=True disables it (runs any pickled "
+            'code).') from err
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
+        raise CheckpointLoadError(
+            f'checkpoint {filename} is truncated or corrupt and cannot be read: {err}') from err
+
+
+def install_cpu_checkpoint_loader(*, allow_unsafe_globals: bool = False,
+                                  extra_safe_globals: Sequence[Callable] = (),
+                                  mmap: bool = True) -> dict[str, Callable]:
+    """Make every checkpoint load through mmengine's ``CheckpointLoader`` land on the CPU.
+
+    ``load_from``, ``resume`` (explicit or auto) and pretrained ``init_cfg`` all go through
+    ``CheckpointLoader``, so overriding its schemes covers them without touching mmengine's
+    source. Local files use :func:`load_checkpoint_to_cpu`; remote schemes (``http://``,
+    ``torchvision://``, ``open-mmlab://``, ...) keep their loader but get ``map_location='cpu'``.
+    The ``map_location`` mmengine asks for (``'cuda'`` on resume) is ignored on purpose: the
+    Runner copies weights into parameters that already live on each rank's device, and
+    ``Optimizer.load_state_dict`` moves state to its parameter's device.
+
+    Returns:
+        The schemes registered before, for :func:`restore_checkpoint_loader`.
+    """
+    previous = dict(CheckpointLoader._schemes)
+
+    def load_from_local_to_cpu(filename: str, map_location: Any = None) -> Any:
+        return load_checkpoint_to_cpu(filename, allow_unsafe_globals=allow_unsafe_globals,
+                                      extra_safe_globals=extra_safe_globals, mmap=mmap)
+
+    def remote_to_cpu(loader: Callable) -> Callable:
+        def load_from_remote_to_cpu(filename: str, map_location: Any = None) -> Any:
+            return loader(filename, map_location='cpu')
+
+        return load_from_remote_to_cpu
+
+    for prefix, loader in previous.items():
+        new_loader = load_from_local_to_cpu if prefix == '' else remote_to_cpu(loader)
+        CheckpointLoader.register_scheme(prefixes=prefix, loader=new_loader, force=True)
+    return previous
+
+
+def restore_checkpoint_loader(previous: dict[str, Callable]) -> None:
+    """Put back the schemes returned by :func:`install_cpu_checkpoint_loader`."""
+    CheckpointLoader._schemes = OrderedDict(previous)

@@ -1,0 +1,10 @@
+"""Runner hooks (registered in mmdet's HOOKS on import)."""
+from .atomic_checkpoint_hook import AtomicCheckpointHook
+from .cpu_checkpoint_load_hook import CpuCheckpointLoadHook
+from .exact_resume_hook import ExactResumeHook
+from .memory_watch_hook import MemoryWatchError, MemoryWatchHook
+
+__all__ = [
+    'AtomicCheckpointHook', 'CpuCheckpointLoadHook', 'ExactResumeHook', 'MemoryWatchError',
+    'MemoryWatchHook'
+]

@@ -1,0 +1,220 @@
+"""MemoryWatchHook: every process of the job, leak/sawtooth verdicts, memory.json + memory.png."""
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from mmengine.dist import get_rank, get_world_size
+from mmengine.hooks import Hook
+from mmengine.runner import BaseLoop
+
+from ...registry import HOOKS
+from ..memory import (CUDA, LEAK, MAIN, SAWTOOTH, TOTAL, KeptGraphDetector, MemoryRecord, Verdict,
+                      VerdictThresholds, memory_limit_mib, plot_record, release_free_heap)
+from ..memory.record import CUDA_FIELDS
+
+# What goes to the MessageHub (and so to the log line and every visualizer backend), per kind.
+_MAIN_FIELDS = ('rss', 'uss', 'pss')
+_CHILD_FIELDS = ('uss', 'pss')
+
+
+class MemoryWatchError(RuntimeError):
+    """Raised to stop a run: a leak with ``stop_on_leak``, or the memory ceiling reached."""
+
+
+@HOOKS.register_module()
+class MemoryWatchHook(Hook):
+    """Watch the memory of the main process, every DataLoader worker and CUDA while training.
+
+    Every ``interval`` training iterations it samples RSS / USS / PSS / anonymous RSS of the main
+    process and of each child (DataLoader workers are named ``train.w0``, ``val.w1``...), the
+    job's total PSS, and CUDA allocated / reserved / peak when CUDA is in use. The figures (MiB)
+    go to the MessageHub as ``train/mem/<process>_<field>``, hence to the log and to every
+    visualizer backend. At each epoch end (and every ``check_interval`` iterations) each process
+    gets a verdict, ``flat``, ``sawtooth`` or ``leak`` (see :func:`~..memory.judge_series`);
+    leaks and sawtooths are logged as warnings naming the process and its growth rate. The series,
+    verdicts and warnings are written to ``memory.json`` and drawn to ``memory.png`` in the work
+    dir at each epoch end, at the end of the run, before stopping, and on demand
+    (:meth:`write_report`); ``memory_rank{r}.json/png`` per rank in a distributed run.
+
+    Args:
+        interval: sample every this many training iterations (the first iteration is sampled
+            too). Each sample reads ``/proc/PID/smaps_rollup`` of every process: ~1 ms each.
+        check_interval: judge every this many iterations, besides every epoch end (for
+            iteration-based training, whose single epoch never ends).
+        warmup_iters, leak_mib_per_kiter, leak_pct_per_epoch, min_growth_mib, sawtooth_mib,
+            min_samples: the verdict thresholds, see :class:`~..memory.VerdictThresholds`.
+        stop_on_leak: raise :class:`MemoryWatchError` (after writing the report) when a process
+            is judged a leak.
+        max_memory_fraction: stop the run, with the report written, when the job's total PSS
+            (main + children) exceeds this fraction of the machine's RAM (or of the container's
+            cgroup limit if smaller). ``None`` disables the ceiling.
+        cuda_gap_mib: warn once when the CUDA caching allocator reserves this many MiB more than
+            live tensors hold and the gap is over half of what it reserves (cache, not a leak).
+        check_autograd: warn once per key about tensors with autograd history that outlive
+            their iteration (in the outputs) or sit in the MessageHub runtime info.
+        out_dir: where to write the report; the Runner's work dir by default.
+        write_every_epoch: write the report at each epoch end too, so that a job killed by the
+            OOM killer still leaves one.
+        release_heap_before_fork: return the main process's free heap to the OS at each epoch
+            start, before the workers fork: a worker's leak would otherwise first fill the
+            free pages it inherited, unseen in its anonymous RSS (see
+            :func:`~..memory.sampling.release_free_heap`).
+    """
+
+    priority = 'NORMAL'  # before LoggerHook (BELOW_NORMAL), so a sample is logged at once
+
+    def __init__(self,
+                 interval: int = 50,
+                 check_interval: int = 1000,
+                 warmup_iters: int = 200,
+                 leak_mib_per_kiter: Optional[float] = 10.0,
+                 leak_pct_per_epoch: Optional[float] = 5.0,
+                 min_growth_mib: float = 4.0,
+                 sawtooth_mib: float = 32.0,
+                 min_samples: int = 6,
+                 stop_on_leak: bool = False,
+                 max_memory_fraction: Optional[float] = None,
+                 cuda_gap_mib: float = 1024.0,
+                 check_autograd: bool = True,
+                 out_dir: Optional[str] = None,
+                 write_every_epoch: bool = True,
+                 release_heap_before_fork: bool = True) -> None:
+        if interval < 1 or check_interval < 1:
+            raise ValueError(f'interval and check_interval must be >= 1, got {interval} and '
+                             f'{check_interval}')
+        if max_memory_fraction is not None and not 0 < max_memory_fraction <= 1:
+            raise ValueError(f'max_memory_fraction must be in (0, 1] or None, '
+                             f'got {max_memory_fraction}')
+        self.interval = interval
+        self.check_interval = check_interval
+        self.thresholds = VerdictThresholds(
+            warmup_iters=warmup_iters, leak_mib_per_kiter=leak_mib_per_kiter,
+            leak_pct_per_epoch=leak_pct_per_epoch, min_growth_mib=min_growth_mib,
+            sawtooth_mib=sawtooth_mib, min_samples=min_samples)
+        self.stop_on_leak = stop_on_leak
+        self.max_memory_fraction = max_memory_fraction
+        self.cuda_gap_mib = cuda_gap_mib
+        self.out_dir = out_dir
+        self.write_every_epoch = write_every_epoch
+        self.release_heap_before_fork = release_heap_before_fork
+        self.record = MemoryRecord()
+        self.warnings: List[str] = []
+        self.verdicts: List[Verdict] = []
+        self._autograd = KeptGraphDetector() if check_autograd else None
+        self._cuda_gap_warned = False
+        self._limit_mib = memory_limit_mib()
+
+    # ---- Runner callbacks -------------------------------------------------------------------
+    def before_train_epoch(self, runner) -> None:
+        self.record.mark_epoch(runner.epoch, runner.iter)
+        if self.release_heap_before_fork:
+            release_free_heap()
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch: Any = None,
+                         outputs: Optional[dict] = None) -> None:
+        iteration = runner.iter + 1
+        if self._autograd is not None:
+            self._autograd.watch_outputs(iteration, outputs)
+            for warning in self._autograd.check(iteration, runner.message_hub.runtime_info):
+                self._warn(runner, warning)
+        if batch_idx == 0 or self.every_n_train_iters(runner, self.interval):
+            self._sample(runner, iteration)
+        if self.every_n_train_iters(runner, self.check_interval):
+            self._judge(runner, log_flat=False)
+
+    def after_train_epoch(self, runner) -> None:
+        self._judge(runner, log_flat=True)
+        if self.write_every_epoch:
+            self.write_report(runner)
+
+    def after_run(self, runner) -> None:
+        if self.record.series:
+            self.write_report(runner)
+
+    # ---- the work ---------------------------------------------------------------------------
+    def _loaders(self, runner) -> Dict[str, Any]:
+        """The dataloaders whose workers can be alive now, by name (built loops only)."""
+        loaders = {}
+        for name in ('train', 'val', 'test'):
+            loop = getattr(runner, f'_{name}_loop', None)
+            if isinstance(loop, BaseLoop):
+                loaders[name] = loop.dataloader
+        return loaders
+
+    def _sample(self, runner, iteration: int) -> None:
+        total = self.record.sample(iteration, runner.epoch, self._loaders(runner), 'train')
+        hub = runner.message_hub
+        for label, s in self.record.series.items():
+            if s['iter'][-1] != iteration:
+                continue  # a process that was not alive at this sample
+            fields = (CUDA_FIELDS if label == CUDA else ('pss',) if label == TOTAL else
+                      _MAIN_FIELDS if label == MAIN else _CHILD_FIELDS)
+            for field in fields:
+                hub.update_scalar(f'train/mem/{label}_{field}', s[field][-1])
+        self._check_cuda_gap(runner)
+        if self.max_memory_fraction is not None:
+            ceiling = self.max_memory_fraction * self._limit_mib
+            if total > ceiling:
+                self._stop(runner, f'the job uses {total:.0f} MiB (total PSS of the main process '
+                           f'and its children), over the ceiling of {ceiling:.0f} MiB '
+                           f'(max_memory_fraction={self.max_memory_fraction} of '
+                           f'{self._limit_mib:.0f} MiB)')
+
+    def _check_cuda_gap(self, runner) -> None:
+        allocated, reserved = (self.record.last(CUDA, 'allocated'),
+                               self.record.last(CUDA, 'reserved'))
+        if self._cuda_gap_warned or allocated is None:
+            return
+        gap = reserved - allocated
+        if gap >= self.cuda_gap_mib and gap >= 0.5 * reserved:
+            self._cuda_gap_warned = True
+            self._warn(runner, f'CUDA: the caching allocator reserves {reserved:.0f} MiB but live '
+                       f'tensors hold {allocated:.0f} MiB: the {gap:.0f} MiB gap is cache, not a '
+                       f'leak (nvidia-smi shows the reserved figure). torch.cuda.empty_cache() '
+                       f'hands it back to other processes; PYTORCH_CUDA_ALLOC_CONF='
+                       f'expandable_segments:True reduces fragmentation.')
+
+    def _judge(self, runner, log_flat: bool) -> None:
+        self.verdicts = self.record.judge(self.thresholds)
+        quiet = []
+        for verdict in self.verdicts:
+            line = self.record.describe(verdict)
+            if verdict.verdict in (LEAK, SAWTOOTH):
+                self._warn(runner, line, remember=False)
+            else:
+                quiet.append(f'{verdict.label} {verdict.verdict}')
+        if log_flat and quiet:
+            runner.logger.info('MemoryWatch: ' + ', '.join(quiet))
+        leaks = [v for v in self.verdicts if v.verdict == LEAK]
+        if self.stop_on_leak and leaks:
+            self._stop(runner, 'stop_on_leak: ' + '; '.join(
+                self.record.describe(v) for v in leaks))
+
+    def _warn(self, runner, message: str, remember: bool = True) -> None:
+        runner.logger.warning(f'MemoryWatch: {message}')
+        if remember:
+            self.warnings.append(message)
+
+    def _stop(self, runner, why: str) -> None:
+        self.verdicts = self.record.judge(self.thresholds)
+        paths = self.write_report(runner)
+        summary = '\n  '.join(self.record.describe(v) for v in self.verdicts)
+        raise MemoryWatchError(f'MemoryWatch stopped the run: {why}.\n  {summary}\n'
+                               f'Report: {", ".join(str(p) for p in paths)}')
+
+    def write_report(self, runner) -> List[Path]:
+        """Judge now and write ``memory.json`` and ``memory.png``; returns their paths."""
+        self.verdicts = self.record.judge(self.thresholds)
+        out = Path(self.out_dir or runner.work_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        meta = dict(interval=self.interval, memory_limit_mib=round(self._limit_mib, 1),
+                    max_memory_fraction=self.max_memory_fraction,
+                    thresholds=asdict(self.thresholds),
+                    iters_per_epoch=self.record.iters_per_epoch())
+        # Every rank watches its own processes; in a distributed run each writes its own files.
+        stem = f'memory_rank{get_rank()}' if get_world_size() > 1 else 'memory'
+        json_path = self.record.write_json(out / f'{stem}.json', self.verdicts, self.warnings,
+                                           meta)
+        png_path = plot_record(self.record, self.verdicts, out / f'{stem}.png',
+                               title=f'memory watch: {runner.experiment_name}')
+        return [json_path, png_path]

@@ -1,0 +1,1 @@
+"""Test helpers that need no compiled code: synthetic data generators."""

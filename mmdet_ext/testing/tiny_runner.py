@@ -1,0 +1,135 @@
+"""A seconds-fast mmengine Runner setup for checkpoint tests: tiny net, tiny in-memory data.
+
+It draws randomness the way a detection job does -- dropout (torch RNG), a random flip (numpy's
+global RNG) and a random scale (python ``random``) in ``__getitem__`` (main process with
+``num_workers=0``), a shuffling ``DefaultSampler`` -- so a resumed run only repeats an
+uninterrupted one if all of that state comes back.
+"""
+import contextlib
+import json
+import logging
+import random
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+from mmengine.evaluator import BaseMetric, Evaluator
+from mmengine.hooks import Hook
+from mmengine.logging import MMLogger
+from mmengine.model import BaseModel
+from torch.utils.data import Dataset
+
+
+class TinyFlipDataset(Dataset):
+    """``length`` fixed 2x4x4 float images with binary labels, randomly flipped and scaled."""
+
+    metainfo = dict(classes=('negative', 'positive'))
+
+    def __init__(self, length: int = 16) -> None:
+        rng = np.random.default_rng(0)
+        self.images = rng.standard_normal((length, 2, 4, 4)).astype(np.float32)
+        self.labels = (rng.random(length) > 0.5).astype(np.float32)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        image = self.images[index]
+        if np.random.rand() < 0.5:
+            image = image[:, :, ::-1]
+        image = np.ascontiguousarray(image) * random.uniform(0.8, 1.2)
+        return dict(inputs=torch.from_numpy(image.astype(np.float32)),
+                    labels=torch.tensor(self.labels[index]))
+
+
+class TinyConvNet(BaseModel):
+    """conv(2->4, 3x3) -> ReLU -> dropout(0.3) -> linear(64->1); BCE loss on the logit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.dropout = nn.Dropout(0.3)
+        self.head = nn.Linear(64, 1)
+
+    def init_weights(self) -> None:
+        """Draw the weights here, when the Runner calls it after seeding, not at construction."""
+        self.conv.reset_parameters()
+        self.head.reset_parameters()
+
+    def forward(self, inputs: torch.Tensor, labels: torch.Tensor, mode: str = 'tensor') -> Any:
+        logits = self.head(self.dropout(torch.relu(self.conv(inputs))).flatten(1)).squeeze(1)
+        if mode == 'loss':
+            return dict(loss=nn.functional.binary_cross_entropy_with_logits(logits, labels))
+        return [logits]
+
+
+class TinyLogitMetric(BaseMetric):
+    """Mean predicted logit: just enough evaluation for a val loop to run."""
+
+    def process(self, data_batch: Any, data_samples: Sequence) -> None:
+        self.results.extend(float(v) for logits in data_samples for v in logits)
+
+    def compute_metrics(self, results: list) -> dict[str, float]:
+        return dict(mean_logit=float(np.mean(results)))
+
+
+class LossRecorderHook(Hook):
+    """Appends ``{"iter": i, "loss": x}`` per training iteration to a JSON-lines file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        with open(self.path, 'a') as f:
+            f.write(json.dumps(dict(iter=runner.iter, loss=float(outputs['loss']))) + '\n')
+
+
+@contextlib.contextmanager
+def record_mmengine_log() -> Iterator[list[logging.LogRecord]]:
+    """Collect what mmengine logs (``print_log(logger='current')``, runner.logger) meanwhile."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+
+
+def read_losses(path: str) -> dict[int, float]:
+    """Iteration -> loss from a :class:`LossRecorderHook` file (a rerun iteration: last wins)."""
+    with open(path) as f:
+        return {row['iter']: row['loss'] for row in map(json.loads, f)}
+
+
+def tiny_runner_kwargs(work_dir: str, *, max_epochs: int = 4, seed: Optional[int] = 7,
+                       custom_hooks: Sequence = (), with_val: bool = True,
+                       checkpoint: Optional[dict] = None, **overrides: Any) -> dict[str, Any]:
+    """Keyword arguments for ``mmengine.runner.Runner``: the plugin's hooks selected by name."""
+    loader = dict(batch_size=4, num_workers=0, collate_fn=dict(type='default_collate'))
+    kwargs: dict[str, Any] = dict(
+        model=TinyConvNet(),
+        work_dir=work_dir,
+        default_scope='mmdet',
+        train_dataloader=dict(dataset=TinyFlipDataset(),
+                              sampler=dict(type='DefaultSampler', shuffle=True), **loader),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1, momentum=0.9)),
+        param_scheduler=dict(type='MultiStepLR', milestones=[2], gamma=0.5),
+        train_cfg=dict(by_epoch=True, max_epochs=max_epochs, val_interval=1),
+        default_hooks=dict(checkpoint=checkpoint or dict(type='AtomicCheckpointHook',
+                                                         interval=1)),
+        custom_hooks=[dict(type='CpuCheckpointLoadHook'), dict(type='ExactResumeHook'),
+                      *custom_hooks],
+        randomness=dict(seed=seed),
+        env_cfg=dict(dist_cfg=dict(backend='gloo')),
+    )
+    if with_val:
+        kwargs.update(
+            val_dataloader=dict(dataset=TinyFlipDataset(8),
+                                sampler=dict(type='DefaultSampler', shuffle=False), **loader),
+            val_cfg=dict(), val_evaluator=Evaluator(TinyLogitMetric()))
+    kwargs.update(overrides)
+    return kwargs

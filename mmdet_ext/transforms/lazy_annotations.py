@@ -1,0 +1,62 @@
+"""Annotation loading that keeps instance masks compact (``LazyInstanceMasks``)."""
+from typing import Optional
+
+import numpy as np
+from mmdet.datasets.transforms import LoadAnnotations
+
+from ..datasets.coco_store_layout import compressed_rle_counts
+from ..registry import TRANSFORMS
+from ..structures import LazyInstanceMasks, RasterSource
+
+
+@TRANSFORMS.register_module()
+class LoadLazyAnnotations(LoadAnnotations):
+    """Drop-in for mmdet's ``LoadAnnotations`` whose ``gt_masks`` are ``LazyInstanceMasks``.
+
+    Same arguments (``with_bbox``, ``with_label``, ``with_mask``, ``with_seg``, ...); boxes,
+    labels, ignore flags and segmentation maps are loaded by mmdet's code. Masks differ:
+
+    - polygons stay polygons (float64 coordinates) and every RLE -- crowd included -- stays a
+      compressed RLE, instead of a full-image bitmap per instance (``poly2mask=True``) or dropped
+      RLEs (``poly2mask=False``); ``poly2mask`` is accepted and ignored;
+    - ``mask=dict(mask_file=PATH)`` (per-instance PNG, from ``LazyCocoDataset``) is read only when
+      the sample's pixels are used.
+    Invalid masks (no polygon part with >= 3 points, malformed RLE) mark the instance ignored, as
+    mmdet does; an RLE whose size is not the image's is an error (raised before decoding).
+    """
+
+    def __init__(self, with_mask: bool = True, **kwargs) -> None:
+        super().__init__(with_mask=with_mask, **kwargs)
+
+    @staticmethod
+    def _mask_item(mask, height: int, width: int) -> Optional[object]:
+        if isinstance(mask, list):
+            parts = [np.asarray(part, dtype=np.float64) for part in mask
+                     if len(part) % 2 == 0 and len(part) >= 6]
+            return parts or None
+        if isinstance(mask, dict) and 'mask_file' in mask:
+            return RasterSource('png', mask['mask_file'], height, width)
+        if isinstance(mask, dict) and isinstance(mask.get('counts'), (list, str, bytes)) \
+                and mask.get('size') is not None:
+            rle_h, rle_w = (int(v) for v in mask['size'])
+            if (rle_h, rle_w) != (height, width):
+                # Refused before decoding: a wrong (possibly absurd) declared size would allocate
+                # rle_h * rle_w bytes and then break every geometric transform.
+                raise ValueError(f'LoadLazyAnnotations: an RLE mask is {rle_h}x{rle_w} (h x w) but '
+                                 f'the image is {height}x{width}; tools/validate_coco.py lists '
+                                 'such annotations')
+            return RasterSource('rle', compressed_rle_counts(mask), rle_h, rle_w)
+        return None
+
+    def _load_masks(self, results: dict) -> None:
+        height, width = results['ori_shape']
+        items, ignore_flags = [], []
+        for instance in results.get('instances', []):
+            item = self._mask_item(instance.get('mask'), height, width)
+            if item is None:
+                instance['ignore_flag'] = 1
+                item = [np.zeros(6)]  # mmdet's placeholder for an invalid mask
+            items.append(item)
+            ignore_flags.append(instance['ignore_flag'])
+        results['gt_ignore_flags'] = np.array(ignore_flags, dtype=bool)
+        results['gt_masks'] = LazyInstanceMasks(items, height, width)

@@ -1,0 +1,57 @@
+"""Shared fixtures: a small toy COCO dataset on disk, running the main job on it, and clean
+checkpoint loaders per test."""
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from mmengine.runner.checkpoint import CheckpointLoader
+
+from mmdet_ext.testing.toy_coco import make_toy_coco
+
+
+@pytest.fixture(scope='session')
+def toy_coco_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Root of a 8-train / 4-val toy COCO dataset (320x240 JPEGs)."""
+    root = tmp_path_factory.mktemp('toy_coco')
+    make_toy_coco(root, num_train=8, num_val=4, seed=0)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _restore_checkpoint_schemes():
+    """A Runner that raises skips ``after_run``; keep mmengine's checkpoint loaders clean."""
+    schemes = CheckpointLoader._schemes
+    yield
+    CheckpointLoader._schemes = schemes
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TOY_CONFIG = REPO_ROOT / 'configs' / 'mask-rcnn_r18_fpn_toy-coco.py'
+
+
+def _train_toy(data_root: Path, work_dir: Path, max_epochs: int, *extra: str,
+               options: tuple = ()) -> str:
+    """Run tools/train.py on the toy config (small batches, val every 2 epochs); its output."""
+    cfg_options = [
+        f'train_dataloader.dataset.data_root={data_root}/',
+        f'val_dataloader.dataset.data_root={data_root}/',
+        f'val_evaluator.ann_file={data_root}/annotations/instances_val.json',
+        f'train_cfg.max_epochs={max_epochs}',
+        'train_cfg.val_interval=2',
+        'train_dataloader.batch_size=2',
+        'default_hooks.logger.interval=1',
+        *options,
+    ]
+    cmd = [sys.executable, 'tools/train.py', str(TOY_CONFIG), '--work-dir', str(work_dir),
+           *extra, '--cfg-options', *cfg_options]
+    result = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result.stdout + result.stderr
+
+
+@pytest.fixture
+def train_toy() -> Callable[..., str]:
+    """``train_toy(data_root, work_dir, max_epochs, *train_py_args, options=(cfg overrides))``."""
+    return _train_toy

@@ -1,0 +1,167 @@
+"""The annotation store file: round trip, corruption detection, caching, sharing across processes."""
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import struct
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader, Dataset
+
+from mmdet_ext.datasets import AnnotationStore, StoreError, open_store
+from mmdet_ext.datasets.annotation_store import write_store
+
+KEY = bytes(range(32))
+HEADER_VERSION_OFFSET = 8  # magic[8], then uint32 version
+
+
+def _sections() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        'layout_version': np.array([1], dtype=np.int64),
+        'floats': rng.normal(size=(1000, 4)),
+        'bytes': rng.integers(0, 256, 777, dtype=np.uint8),
+        'ints': rng.integers(-5, 5, 31, dtype=np.int32),
+        'empty': np.zeros(0, dtype=np.int64),
+    }
+
+
+@pytest.fixture
+def store_file(tmp_path):
+    path = str(tmp_path / 'a.mdxstore')
+    write_store(path, _sections(), KEY)
+    return path
+
+
+def test_round_trip_is_exact_and_read_only(store_file):
+    store = AnnotationStore(store_file)
+    assert store.key == KEY
+    assert set(store.arrays) == set(_sections())
+    for name, expected in _sections().items():
+        np.testing.assert_array_equal(store[name], expected)
+        assert store[name].dtype == expected.dtype
+    with pytest.raises(ValueError, match='read-only'):
+        store['floats'][0, 0] = 1.0
+
+
+def test_no_temporary_file_is_left_behind(store_file):
+    assert os.listdir(os.path.dirname(store_file)) == ['a.mdxstore']
+
+
+def _rewrite(path: str, offset: int, data: bytes) -> None:
+    with open(path, 'r+b') as f:
+        f.seek(offset)
+        f.write(data)
+
+
+@pytest.mark.parametrize('damage, message', [
+    (lambda p: os.truncate(p, os.path.getsize(p) - 10), 'truncated'),
+    (lambda p: os.truncate(p, 20), 'smaller than the header'),
+    (lambda p: _rewrite(p, os.path.getsize(p) - 100, b'\xff\x00\xff'), 'payload checksum'),
+    (lambda p: _rewrite(p, 0, b'NOTSTORE'), 'bad magic'),
+    (lambda p: _rewrite(p, HEADER_VERSION_OFFSET, struct.pack('<I', 99)), 'format version 99'),
+    (lambda p: _rewrite(p, 24, b'\x01'), 'corrupt header'),
+    (lambda p: open(p, 'ab').write(b'junk'), 'truncated or padded'),
+])
+def test_damaged_store_is_detected_and_named(store_file, damage, message):
+    damage(store_file)
+    with pytest.raises(StoreError, match=message) as info:
+        AnnotationStore(store_file)
+    assert store_file in str(info.value)
+    assert isinstance(info.value, RuntimeError)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(StoreError, match='cannot open'):
+        AnnotationStore(str(tmp_path / 'nope.mdxstore'))
+
+
+def test_pickles_as_its_path_not_its_data(store_file):
+    store = AnnotationStore(store_file)
+    payload = pickle.dumps(store)
+    assert len(payload) < 300
+    clone = pickle.loads(payload)
+    np.testing.assert_array_equal(clone['floats'], store['floats'])
+
+
+def _ann_file(toy_coco_root, tmp_path, name='instances_train.json'):
+    dest = tmp_path / name
+    shutil.copy(toy_coco_root / 'annotations' / name, dest)
+    return str(dest)
+
+
+def test_open_store_builds_once_and_reuses_the_cache(toy_coco_root, tmp_path):
+    ann_file = _ann_file(toy_coco_root, tmp_path)
+    first = open_store(ann_file)
+    assert first.path.startswith(str(tmp_path)) and first.path.endswith('.mdxstore')
+    built_at = os.stat(first.path).st_mtime_ns
+    second = open_store(ann_file)
+    assert second.path == first.path and os.stat(second.path).st_mtime_ns == built_at
+    coco = json.load(open(ann_file))
+    assert second.num_images == len(coco['images'])
+    assert second.num_instances == len(coco['annotations'])
+    assert second.key == hashlib.sha256(open(ann_file, 'rb').read()).digest()
+
+
+def test_changed_json_gets_a_new_store(toy_coco_root, tmp_path):
+    ann_file = _ann_file(toy_coco_root, tmp_path)
+    before = open_store(ann_file)
+    coco = json.load(open(ann_file))
+    coco['annotations'] = coco['annotations'][:3]
+    json.dump(coco, open(ann_file, 'w'))
+    after = open_store(ann_file)
+    assert after.path != before.path and after.num_instances == 3
+
+
+def test_corrupt_cached_store_is_rebuilt(toy_coco_root, tmp_path):
+    ann_file = _ann_file(toy_coco_root, tmp_path)
+    path = open_store(ann_file).path
+    os.truncate(path, os.path.getsize(path) // 2)
+    rebuilt = open_store(ann_file)
+    assert rebuilt.path == path and rebuilt.num_instances > 0
+
+
+class _StoreRows(Dataset):
+    def __init__(self, store: AnnotationStore) -> None:
+        self.store = store
+
+    def __len__(self) -> int:
+        return self.store.num_images
+
+    def __getitem__(self, row: int) -> torch.Tensor:
+        start, end = self.store['instance_offsets'][row:row + 2]
+        return torch.from_numpy(self.store['bbox'][start:end].sum(axis=0))
+
+
+def test_two_workers_read_the_same_store(toy_coco_root, tmp_path):
+    store = open_store(_ann_file(toy_coco_root, tmp_path))
+    dataset = _StoreRows(store)
+    expected = torch.stack([dataset[i] for i in range(len(dataset))])
+    loaded = torch.cat(list(DataLoader(dataset, batch_size=2, num_workers=2,
+                                       multiprocessing_context='spawn')))
+    torch.testing.assert_close(loaded, expected)
+
+
+def _rank_reads_store(rank: int, world_size: int, ann_file: str, port: int) -> None:
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
+                            world_size=world_size)
+    store = open_store(ann_file)
+    digest = torch.tensor([float(store['bbox'].sum()), float(store.num_instances)],
+                          dtype=torch.float64)
+    gathered = [torch.zeros_like(digest) for _ in range(world_size)]
+    dist.all_gather(gathered, digest)
+    assert all(torch.equal(g, gathered[0]) for g in gathered)
+    dist.destroy_process_group()
+
+
+def test_two_gloo_ranks_share_one_store_file(toy_coco_root, tmp_path):
+    ann_file = _ann_file(toy_coco_root, tmp_path)
+    port = 29500 + os.getpid() % 1000
+    mp.spawn(_rank_reads_store, args=(2, ann_file, port), nprocs=2, join=True)
+    stores = [f for f in os.listdir(tmp_path) if f.endswith('.mdxstore')]
+    assert len(stores) == 1, stores

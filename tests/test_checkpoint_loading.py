@@ -1,0 +1,174 @@
+"""CPU-first, allowlisted checkpoint loading, through the real mmengine Runner."""
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from mmengine.logging import HistoryBuffer
+from mmengine.runner import Runner
+from mmengine.runner.checkpoint import _load_checkpoint
+
+from mmdet_ext.engine.checkpoint_loading import (CheckpointLoadError, checkpoint_safe_globals,
+                                                 load_checkpoint_to_cpu)
+from mmdet_ext.testing.tiny_runner import TinyConvNet, record_mmengine_log, tiny_runner_kwargs
+
+_experiments = iter(range(10**6))
+
+
+def _runner(work_dir, **kwargs) -> Runner:
+    return Runner(**tiny_runner_kwargs(str(work_dir), experiment_name=f'load{next(_experiments)}',
+                                       **kwargs))
+
+
+@pytest.fixture(scope='module')
+def stock_checkpoint(tmp_path_factory) -> str:
+    """A checkpoint written by stock mmengine (``CheckpointHook``, no plugin hook)."""
+    work_dir = tmp_path_factory.mktemp('stock')
+    kwargs = tiny_runner_kwargs(str(work_dir), max_epochs=1,
+                                checkpoint=dict(type='CheckpointHook', interval=1),
+                                experiment_name='stock')
+    kwargs['custom_hooks'] = []
+    Runner(**kwargs).train()
+    return str(work_dir / 'epoch_1.pth')
+
+
+def _allowed_names() -> set:
+    return {entry[1] if isinstance(entry, tuple) else f'{entry.__module__}.{entry.__qualname__}'
+            for entry in checkpoint_safe_globals()}
+
+
+def test_allowlist_covers_what_mmengine_writes(stock_checkpoint):
+    found = set(torch.serialization.get_unsafe_globals_in_checkpoint(stock_checkpoint))
+    assert 'mmengine.logging.history_buffer.HistoryBuffer' in found
+    assert found <= _allowed_names(), found - _allowed_names()
+    with pytest.raises(pickle.UnpicklingError):  # why stock resume fails on torch >= 2.6
+        torch.load(stock_checkpoint)
+    checkpoint = load_checkpoint_to_cpu(stock_checkpoint)
+    assert isinstance(checkpoint['message_hub']['log_scalars']['train/loss'], HistoryBuffer)
+    assert all(t.device.type == 'cpu' for t in checkpoint['state_dict'].values())
+
+
+def test_numpy1_names_load(tmp_path):
+    """Checkpoints written under numpy 1.x name ``numpy.core.multiarray``; they must still load."""
+    path = tmp_path / 'numpy1.pth'
+    torch.save({'meta': {'score': np.float64(0.5), 'hist': np.arange(3.0)}}, path)
+    with zipfile.ZipFile(path) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(path, 'w', zipfile.ZIP_STORED) as archive:
+        for name, data in entries.items():
+            if name.endswith('data.pkl'):
+                data = data.replace(b'numpy._core.multiarray', b'numpy.core.multiarray')
+            archive.writestr(name, data)
+    meta = load_checkpoint_to_cpu(str(path), mmap=False)['meta']
+    assert meta['score'] == 0.5 and meta['hist'].tolist() == [0.0, 1.0, 2.0]
+
+
+CRAFT_CUDA1 = textwrap.dedent('''
+    import sys, torch
+    from mmdet_ext.testing.tiny_runner import TinyConvNet
+    # Tag every storage for cuda:1 while pickling, as a save on a GPU machine's second card does.
+    torch.serialization.register_package(-100, lambda storage: 'cuda:1', lambda obj, loc: None)
+    torch.manual_seed(3)
+    torch.save({'meta': {'epoch': 0, 'iter': 0}, 'state_dict': TinyConvNet().state_dict()},
+               sys.argv[1])
+''')
+
+
+@pytest.fixture(scope='module')
+def cuda1_checkpoint(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp('cuda1') / 'cuda1.pth')
+    subprocess.run([sys.executable, '-c', CRAFT_CUDA1, path], check=True, timeout=120)
+    return path
+
+
+def test_cuda1_checkpoint_fails_in_plain_mmengine(cuda1_checkpoint):
+    with zipfile.ZipFile(cuda1_checkpoint) as archive:
+        pickled = archive.read(next(n for n in archive.namelist() if n.endswith('data.pkl')))
+    assert b'cuda:1' in pickled
+    with pytest.raises(RuntimeError, match='CUDA'):
+        _load_checkpoint(cuda1_checkpoint)  # CheckpointLoader's default: no map_location
+
+
+def test_cuda1_checkpoint_loads_to_cpu_through_the_hook(cuda1_checkpoint, tmp_path):
+    from mmengine.hooks import Hook
+
+    seen = set()
+
+    class RecordDevices(Hook):
+        def after_load_checkpoint(self, runner, checkpoint):
+            seen.update(t.device.type for t in checkpoint['state_dict'].values())
+
+    runner = _runner(tmp_path, max_epochs=1, load_from=cuda1_checkpoint,
+                     custom_hooks=[RecordDevices()])
+    runner.train()
+    assert seen == {'cpu'}
+    torch.manual_seed(3)
+    expected = TinyConvNet().state_dict()
+    saved = load_checkpoint_to_cpu(str(tmp_path / 'epoch_1.pth'))['state_dict']
+    assert saved.keys() == expected.keys()  # trained on from the loaded weights, on CPU
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, (f'touch {self.marker}',))
+
+
+def test_malicious_checkpoint_is_refused(tmp_path):
+    marker = tmp_path / 'pwned'
+    payload = _RunsCode()
+    payload.marker = marker
+    path = tmp_path / 'evil.pth'
+    torch.save({'meta': {}, 'state_dict': {}, 'x': payload}, path)
+    with pytest.raises(CheckpointLoadError, match=r'posix\.system.*extra_safe_globals'):
+        load_checkpoint_to_cpu(str(path))
+    with pytest.raises(CheckpointLoadError, match='evil.pth'):
+        _runner(tmp_path / 'run', max_epochs=1, load_from=str(path)).train()
+    assert not marker.exists()
+
+
+class _ReachesIntoNumpy:
+    def __reduce__(self):
+        return (getattr, (np.ndarray, 'tofile'))
+
+
+def test_getattr_is_limited_to_history_buffer_methods(tmp_path):
+    path = tmp_path / 'getattr.pth'
+    torch.save({'meta': {}, 'x': _ReachesIntoNumpy()}, path)
+    with pytest.raises(CheckpointLoadError, match='tofile'):
+        load_checkpoint_to_cpu(str(path))
+
+
+def test_extra_safe_globals_allows_a_named_class(tmp_path):
+    path = tmp_path / 'custom.pth'
+    torch.save({'meta': {'custom': torch.nn.Identity}}, path)
+    with pytest.raises(CheckpointLoadError, match='torch.nn.modules.linear.Identity'):
+        load_checkpoint_to_cpu(str(path))
+    assert load_checkpoint_to_cpu(str(path), extra_safe_globals=[torch.nn.Identity])[
+        'meta']['custom'] is torch.nn.Identity
+
+
+def test_allow_unsafe_globals_loads_and_warns(tmp_path):
+    marker = tmp_path / 'ran'
+    payload = _RunsCode()
+    payload.marker = marker
+    path = tmp_path / 'trusted.pth'
+    torch.save({'x': payload}, path)
+    with record_mmengine_log() as records:
+        load_checkpoint_to_cpu(str(path), allow_unsafe_globals=True)
+    assert marker.exists()
+    assert any(r.levelno == logging.WARNING and 'weights_only=False' in r.getMessage()
+               for r in records)
+
+
+def test_truncated_explicit_checkpoint_is_an_error_naming_it(stock_checkpoint, tmp_path):
+    path = tmp_path / 'epoch_9.pth'
+    with open(stock_checkpoint, 'rb') as f:
+        path.write_bytes(f.read()[:5000])
+    with pytest.raises(CheckpointLoadError, match='epoch_9.pth.*truncated or corrupt'):
+        _runner(tmp_path / 'run', max_epochs=1, load_from=str(path), resume=True).train()

@@ -1,0 +1,155 @@
+"""Atomic saving with AtomicCheckpointHook, and auto-resume past corrupt checkpoints."""
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from mmengine.runner import Runner
+
+from mmdet_ext.engine.checkpoint_discovery import find_newest_loadable_checkpoint
+from mmdet_ext.engine.checkpoint_loading import CheckpointLoadError, load_checkpoint_to_cpu
+from mmdet_ext.engine.checkpoint_saving import TEMP_SUFFIX, atomic_write_bytes
+from mmdet_ext.testing.tiny_runner import tiny_runner_kwargs
+
+_experiments = iter(range(10**6))
+
+
+def _runner(work_dir, **kwargs) -> Runner:
+    return Runner(**tiny_runner_kwargs(str(work_dir), experiment_name=f'save{next(_experiments)}',
+                                       **kwargs))
+
+
+def _warnings(runner: Runner) -> list[str]:
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(level=logging.WARNING)
+    handler.emit = records.append
+    runner.logger.addHandler(handler)
+    return records
+
+
+def test_atomic_write_replaces_and_leaves_no_temp_file(tmp_path):
+    target = tmp_path / 'sub' / 'file.bin'
+    atomic_write_bytes(b'old', target)
+    atomic_write_bytes(b'new', target)
+    assert target.read_bytes() == b'new'
+    assert os.listdir(target.parent) == ['file.bin']
+
+
+def test_hook_arguments_keep_working(tmp_path):
+    """max_keep_ckpts, save_best and the last_checkpoint pointer behave as in CheckpointHook."""
+    checkpoint = dict(type='AtomicCheckpointHook', interval=1, max_keep_ckpts=2,
+                      save_best='mean_logit', rule='greater')
+    _runner(tmp_path, max_epochs=3, checkpoint=checkpoint).train()
+    names = sorted(os.listdir(tmp_path))
+    assert 'epoch_1.pth' not in names and {'epoch_2.pth', 'epoch_3.pth'} <= set(names)
+    assert any(name.startswith('best_mean_logit_epoch_') for name in names)
+    assert not any(name.endswith(TEMP_SUFFIX) for name in names)
+    assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path / 'epoch_3.pth')
+    resumed = load_checkpoint_to_cpu(str(tmp_path / 'epoch_3.pth'))
+    assert resumed['message_hub']['runtime_info']['keep_ckpt_ids'] == [2, 3]
+
+
+def _train_two_epochs(work_dir) -> None:
+    _runner(work_dir, max_epochs=2).train()
+
+
+def test_auto_resume_skips_a_truncated_latest_checkpoint(tmp_path):
+    _train_two_epochs(tmp_path)
+    latest = tmp_path / 'epoch_2.pth'
+    latest.write_bytes(latest.read_bytes()[:3000])  # as a non-atomic save killed midway
+    runner = _runner(tmp_path, max_epochs=3, resume=True)
+    warnings = _warnings(runner)
+    runner.train()
+    assert any(f'skipping {latest}' in w.getMessage() for w in warnings)
+    assert load_checkpoint_to_cpu(str(tmp_path / 'epoch_3.pth'))['meta']['epoch'] == 3
+    assert load_checkpoint_to_cpu(str(tmp_path / 'epoch_2.pth'))['meta']['epoch'] == 2  # rerun
+
+
+def test_auto_resume_with_nothing_loadable_starts_fresh(tmp_path):
+    _train_two_epochs(tmp_path)
+    for name in ('epoch_1.pth', 'epoch_2.pth'):
+        (tmp_path / name).write_bytes(b'PK\x03\x04 not a checkpoint')
+    (tmp_path / 'last_checkpoint').write_text('')  # as a stock pointer write killed midway
+    runner = _runner(tmp_path, max_epochs=1, resume=True)
+    warnings = _warnings(runner)
+    runner.train()
+    assert any('training starts from scratch' in w.getMessage() for w in warnings)
+    assert load_checkpoint_to_cpu(str(tmp_path / 'epoch_1.pth'))['meta']['epoch'] == 1
+
+
+def test_explicit_corrupt_resume_is_an_error_naming_it(tmp_path):
+    _train_two_epochs(tmp_path)
+    latest = tmp_path / 'epoch_2.pth'
+    latest.write_bytes(latest.read_bytes()[:3000])
+    with pytest.raises(CheckpointLoadError, match=f'{latest}.*truncated or corrupt'):
+        _runner(tmp_path, max_epochs=3, resume=True, load_from=str(latest)).train()
+
+
+SAVE_EVERY_ITER = textwrap.dedent('''
+    import sys
+
+    import torch
+    import torch.nn as nn
+    from mmengine.runner import Runner
+
+    from mmdet_ext.testing.tiny_runner import TinyConvNet, tiny_runner_kwargs
+
+    class BallastNet(TinyConvNet):
+        """TinyConvNet plus 8 M frozen floats (32 MB), so that every save takes a while."""
+
+        def __init__(self):
+            super().__init__()
+            self.ballast = nn.Parameter(torch.zeros(8_000_000), requires_grad=False)
+
+    kwargs = tiny_runner_kwargs(sys.argv[1], with_val=False, model=BallastNet(), resume=True,
+                                checkpoint=dict(type='AtomicCheckpointHook', interval=1,
+                                                by_epoch=False, max_keep_ckpts=1))
+    kwargs['train_cfg'] = dict(by_epoch=False, max_iters=int(sys.argv[2]))
+    Runner(**kwargs).train()
+''')
+
+
+def _newest_iter(work_dir) -> int:
+    return max((int(p.stem.split('_')[1]) for p in work_dir.glob('iter_*.pth')), default=0)
+
+
+def test_kill_9_during_saving_always_leaves_a_resumable_checkpoint(tmp_path):
+    """max_keep_ckpts=1 is the hard case: the stock hook deletes the old file before saving."""
+    rng = random.Random(1234)
+    work_dir = tmp_path / 'work'
+    trials, killed_mid_save = 8, 0
+    for trial in range(trials):
+        before = _newest_iter(work_dir)
+        proc = subprocess.Popen([sys.executable, '-c', SAVE_EVERY_ITER, str(work_dir), '1000000'],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 120
+            while _newest_iter(work_dir) <= before:  # wait until this trainer is saving
+                assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+                assert time.monotonic() < deadline, 'trainer made no checkpoint in 120 s'
+                time.sleep(0.02)
+            if trial % 2:  # anywhere in the training loop
+                time.sleep(rng.uniform(0.0, 1.0))
+            else:  # inside a checkpoint write: once its temp file shows up
+                while not any(work_dir.glob(f'.*{TEMP_SUFFIX}')):
+                    time.sleep(0.002)
+                time.sleep(rng.uniform(0.0, 0.05))
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        killed_mid_save += any(n.endswith(TEMP_SUFFIX) for n in os.listdir(work_dir))
+        newest = find_newest_loadable_checkpoint(str(work_dir), load_checkpoint_to_cpu)
+        assert newest is not None, f'trial {trial}: no loadable checkpoint left'
+        assert load_checkpoint_to_cpu(newest)['meta']['iter'] > before
+    print(f'{killed_mid_save} of {trials} kills landed while a checkpoint was being written')
+    # The real Runner resumes from what the kills left and trains one more iteration.
+    last = _newest_iter(work_dir)
+    subprocess.run([sys.executable, '-c', SAVE_EVERY_ITER, str(work_dir), str(last + 1)],
+                   check=True, timeout=300, capture_output=True)
+    assert _newest_iter(work_dir) == last + 1
+    assert not any(n.endswith(TEMP_SUFFIX) for n in os.listdir(work_dir))

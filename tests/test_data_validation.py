@@ -1,0 +1,235 @@
+"""Store-time validation: a generated corpus of bad COCO data, each kind reported and handled."""
+import json
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from pycocotools import mask as mask_utils
+
+from mmdet_ext.datasets import DataValidationError, LazyCocoDataset, open_store, validate_coco
+from mmdet_ext.datasets.validation import HEAD_BYTES, TAIL_BYTES, find_problems, resolve_policy
+from mmdet_ext.io import ImageHeaderError, read_image_header
+from mmdet_ext.transforms import NativeLoadImageFromFile
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _png_header(height: int, width: int) -> bytes:
+    """A PNG whose IHDR declares ``height`` x ``width`` with one tiny IDAT (a 'bomb')."""
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        return (struct.pack('>I', len(payload)) + kind + payload
+                + struct.pack('>I', zlib.crc32(kind + payload)))
+    ihdr = struct.pack('>IIBBBBB', width, height, 8, 0, 0, 0, 0)
+    return (b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', ihdr) + chunk(b'IDAT', zlib.compress(b'\0' * 64))
+            + chunk(b'IEND', b''))
+
+
+@pytest.fixture
+def bad_root(toy_coco_root: Path, tmp_path: Path) -> Path:
+    """A copy of the toy dataset's train split to break."""
+    root = tmp_path / 'bad'
+    shutil.copytree(toy_coco_root / 'train', root / 'train')
+    shutil.copytree(toy_coco_root / 'masks', root / 'masks')
+    shutil.copytree(toy_coco_root / 'annotations', root / 'annotations')
+    return root
+
+
+def _load(root: Path, name: str = 'instances_train.json') -> dict:
+    return json.loads((root / 'annotations' / name).read_text())
+
+
+def _kinds(problems) -> list[tuple]:
+    return [(p.kind, p.image_id, p.ann_id) for p in problems]
+
+
+@pytest.mark.parametrize('name', ['instances_train.json', 'instances_val.json',
+                                  'instances_train_pngmasks.json'])
+def test_clean_toy_data_has_no_problems(toy_coco_root, name):
+    split = 'val' if 'val' in name else 'train'
+    coco = json.loads((toy_coco_root / 'annotations' / name).read_text())
+    assert find_problems(coco, str(toy_coco_root / split), str(toy_coco_root)) == []
+
+
+def test_image_file_corpus(bad_root):
+    """Missing, zero-byte, truncated JPEG/PNG, wrong type, huge, wrong size: image dropped."""
+    images = bad_root / 'train'
+    (images / '000000.jpg').unlink()
+    (images / '000001.jpg').write_bytes(b'')
+    data = (images / '000002.jpg').read_bytes()
+    (images / '000002.jpg').write_bytes(data[:len(data) // 2])
+    png = _png_header(240, 320)
+    (images / '000003.jpg').write_bytes(png[:20])
+    (images / '000004.jpg').write_bytes(b'GIF89a' + b'\0' * 100)
+    (images / '000005.jpg').write_bytes(_png_header(60000, 60000))
+    coco = _load(bad_root)
+    coco['images'][6]['width'] = 321
+    cleaned, report = validate_coco(coco, str(images))
+    by_image = {p.image_id: p for p in report.problems}
+    expected = {
+        1: ('image_missing', 'file not found'),
+        2: ('image_unreadable', 'empty'),
+        3: ('image_unreadable', 'truncated JPEG'),
+        4: ('image_unreadable', 'truncated PNG'),
+        5: ('image_unreadable', 'not a JPEG or PNG'),
+        6: ('image_unreadable', 'decompression bomb'),
+        7: ('image_size_mismatch', 'the file is 240x320, the json says 240x321'),
+    }
+    assert sorted(by_image) == sorted(expected)
+    for image_id, (kind, reason) in expected.items():
+        assert by_image[image_id].kind == kind
+        assert reason in by_image[image_id].reason
+        assert by_image[image_id].file.endswith(coco['images'][image_id - 1]['file_name'])
+    assert [image['id'] for image in cleaned['images']] == [8]
+    assert {ann['image_id'] for ann in cleaned['annotations']} == {8}
+    assert report.dropped_images == 7
+    assert 'dropped 7 images' in report.summary()
+
+
+def test_annotation_corpus(bad_root):
+    """Each instance-level problem is reported with its ids and drops only that instance."""
+    coco = _load(bad_root)
+    anns = {ann['id']: ann for ann in coco['annotations']}
+    anns[1]['bbox'] = [float('nan'), 1.0, 2.0, 3.0]
+    anns[2]['bbox'] = [10.0, 10.0, 0.0, 5.0]
+    anns[3]['bbox'] = [300.0, 200.0, 50.0, 50.0]
+    anns[4]['segmentation'] = [[1.0, 1.0, 5.0, 5.0]]
+    anns[5]['segmentation'] = [[1.0, 1.0, 5.0, 5.0, 9.0, 1.0, 3.0]]
+    anns[7]['category_id'] = 99
+    anns[8]['segmentation'] = {'size': [240, 320], 'counts': [100, 5]}
+    anns[9]['segmentation'] = mask_utils.encode(np.zeros((24, 32), dtype=np.uint8, order='F'))
+    anns[9]['segmentation']['counts'] = anns[9]['segmentation']['counts'].decode()
+    anns[10]['segmentation'] = {'size': [1 << 20, 1 << 20], 'counts': [1]}
+    anns[11]['image_id'] = 999
+    small = mask_utils.encode(np.ones((24, 32), dtype=np.uint8, order='F'))['counts'].decode()
+    anns[12]['segmentation'] = {'size': [240, 320], 'counts': small}
+    anns[13]['segmentation'] = {'size': [240, 320], 'counts': 'ab c'}
+    cleaned, report = validate_coco(coco, str(bad_root / 'train'))
+    got = {p.ann_id: (p.kind, p.reason) for p in report.problems}
+    expected = {
+        1: ('bbox_invalid', 'not finite'), 2: ('bbox_invalid', 'non-positive'),
+        3: ('bbox_outside_image', 'outside the 240x320 image'),
+        4: ('polygon_invalid', 'fewer than 3'), 5: ('polygon_invalid', 'odd number'),
+        7: ('unknown_category_id', 'category_id 99'),
+        8: ('rle_invalid', 'sum to 105, not h*w = 240*320'),
+        9: ('rle_size_mismatch', 'RLE size 24x32 differs from the image (240x320)'),
+        10: ('rle_invalid', 'more than max_pixels'),
+        11: ('unknown_image_id', 'image_id 999'),
+        12: ('rle_invalid', 'the decoded runs sum to 768 but a 240x320 mask has 76800 pixels'),
+        13: ('rle_invalid', 'is not a COCO RLE character'),
+    }
+    assert sorted(got) == sorted(expected)
+    for ann_id, (kind, reason) in expected.items():
+        assert got[ann_id][0] == kind and reason in got[ann_id][1], (ann_id, got[ann_id])
+    assert {p.image_id for p in report.problems if p.ann_id == 1} == {1}
+    kept = {ann['id'] for ann in cleaned['annotations']}
+    assert kept == set(anns) - set(expected)
+    assert len(cleaned['images']) == len(coco['images'])
+
+
+def test_mask_file_corpus(bad_root):
+    coco = _load(bad_root, 'instances_train_pngmasks.json')
+    first, second = coco['annotations'][0], coco['annotations'][1]
+    (bad_root / first['mask_file']).unlink()
+    (bad_root / second['mask_file']).write_bytes(_png_header(24, 32))
+    _, report = validate_coco(coco, str(bad_root / 'train'), str(bad_root))
+    assert _kinds(report.problems) == [('mask_file_missing', first['image_id'], first['id']),
+                                       ('mask_file_invalid', second['image_id'], second['id'])]
+    assert 'the mask is 24x32, the image 240x320' in report.problems[1].reason
+    assert report.dropped_instances == 2
+
+
+def test_duplicate_ids_fail_with_every_duplicate_listed(bad_root):
+    coco = _load(bad_root)
+    coco['images'].append(dict(coco['images'][0]))
+    coco['annotations'][1]['id'] = coco['annotations'][0]['id']
+    with pytest.raises(DataValidationError, match=r'2 data problems whose policy is "fail"'
+                       r'(.|\n)*duplicate_image_id: image 1(.|\n)*duplicate_ann_id'):
+        validate_coco(coco, str(bad_root / 'train'))
+
+
+def test_policy_overrides_and_errors(bad_root):
+    coco = _load(bad_root)
+    coco['annotations'][0]['bbox'] = [1.0, 1.0, -1.0, 1.0]
+    _, report = validate_coco(coco, str(bad_root / 'train'), policy={'bbox_invalid': 'drop_image'})
+    assert report.dropped_images == 1
+    with pytest.raises(DataValidationError, match='bbox_invalid: image 1 annotation 1'):
+        validate_coco(coco, str(bad_root / 'train'), policy={'bbox_invalid': 'fail'})
+    with pytest.raises(ValueError, match="unknown problem kind 'bbox'"):
+        resolve_policy({'bbox': 'fail'})
+    with pytest.raises(ValueError, match="cannot 'drop_instance'"):
+        resolve_policy({'image_missing': 'drop_instance'})
+
+
+def test_store_holds_cleaned_data_and_the_report(bad_root):
+    (bad_root / 'train' / '000000.jpg').unlink()
+    ann_file = str(bad_root / 'annotations' / 'instances_train.json')
+    validation = {'img_prefix': str(bad_root / 'train'), 'policy': {}}
+    store = open_store(ann_file, validation=validation)
+    assert store.num_images == 7 and 1 not in store['image_id']
+    lines = Path(store.path + '.problems.jsonl').read_text().splitlines()
+    assert [json.loads(line)['action'] for line in lines] == ['drop_image']
+    plain = open_store(ann_file)
+    assert plain.path != store.path and plain.num_images == 8
+    reported = open_store(ann_file, validation={**validation,
+                                                'policy': {'image_missing': 'report'}})
+    assert reported.path not in (store.path, plain.path) and reported.num_images == 8
+
+
+def test_dataset_validates_train_but_drops_nothing_in_test_mode(bad_root):
+    (bad_root / 'train' / '000000.jpg').unlink()
+    kwargs = dict(data_root=str(bad_root), ann_file='annotations/instances_train.json',
+                  data_prefix=dict(img='train/'), pipeline=[])
+    assert len(LazyCocoDataset(**kwargs)) == 7
+    assert len(LazyCocoDataset(test_mode=True, **kwargs)) == 8
+    assert len(LazyCocoDataset(validate=False, **kwargs)) == 8
+
+
+def test_header_reader_and_load_guard(tmp_path):
+    assert read_image_header(_png_header(3, 5)) == ('png', 3, 5)
+    with pytest.raises(ImageHeaderError, match='more than max_pixels=14'):
+        read_image_header(_png_header(3, 5), max_pixels=14)
+    bomb = tmp_path / 'bomb.png'
+    bomb.write_bytes(_png_header(60000, 60000))
+    with pytest.raises(RuntimeError, match=f'cannot load {bomb}: .*decompression bomb'):
+        NativeLoadImageFromFile()(dict(img_path=str(bomb)))
+
+
+def test_validate_tool_prints_the_report(bad_root):
+    (bad_root / 'train' / '000000.jpg').write_bytes(b'')
+    ann_file = bad_root / 'annotations' / 'instances_train.json'
+    cmd = [sys.executable, str(REPO / 'tools' / 'validate_coco.py'), str(ann_file),
+           '--img-prefix', str(bad_root / 'train')]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert '[drop_image] image_unreadable: image 1 annotation None' in result.stdout
+    assert 'dropped 1 images' in result.stdout
+    failing = subprocess.run(cmd + ['--policy', 'image_unreadable=fail'], capture_output=True,
+                             text=True, check=False)
+    assert failing.returncode == 1 and 'policy is "fail"' in failing.stdout
+
+
+def test_large_files_are_checked_from_head_and_tail(tmp_path):
+    """A big JPEG is judged on its first/last bytes; a frame header after ~190 KiB of APP data
+    (EXIF/ICC) is still found by falling back to the whole file."""
+    rng = np.random.default_rng(0)
+    ok, encoded = cv2.imencode('.jpg', rng.integers(0, 255, (600, 800, 3), dtype=np.uint8),
+                               [cv2.IMWRITE_JPEG_QUALITY, 100])
+    assert ok and len(encoded) > HEAD_BYTES + TAIL_BYTES
+    data = encoded.tobytes()
+    app = b'\xff\xe1' + struct.pack('>H', 65000) + b'\0' * 64998
+    images = [{'id': 1, 'file_name': 'big.jpg', 'height': 600, 'width': 800},
+              {'id': 2, 'file_name': 'cut.jpg', 'height': 600, 'width': 800},
+              {'id': 3, 'file_name': 'exif.jpg', 'height': 600, 'width': 800}]
+    (tmp_path / 'big.jpg').write_bytes(data)
+    (tmp_path / 'cut.jpg').write_bytes(data[:-4096])
+    (tmp_path / 'exif.jpg').write_bytes(data[:2] + app * 3 + data[2:])
+    problems = find_problems({'images': images, 'annotations': [], 'categories': []},
+                             str(tmp_path))
+    assert _kinds(problems) == [('image_unreadable', 2, None)]
+    assert 'truncated JPEG' in problems[0].reason

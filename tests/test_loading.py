@@ -1,0 +1,49 @@
+"""NativeLoadImageFromFile against mmcv's LoadImageFromFile on the same files."""
+import numpy as np
+import pytest
+from mmcv.transforms import LoadImageFromFile
+
+from mmdet_ext.transforms import NativeLoadImageFromFile
+
+
+def _images(root):
+    return sorted((root / 'train').glob('*.jpg'))[:4]
+
+
+@pytest.mark.parametrize('kwargs', [
+    {}, {'to_float32': True}, {'color_type': 'grayscale'}, {'color_type': 'unchanged'},
+    {'imdecode_backend': 'pillow'},  # accepted for compatibility; decoding stays OpenCV
+])
+def test_same_results_as_mmcv(toy_coco_root, kwargs):
+    mmcv_kwargs = {k: v for k, v in kwargs.items() if k != 'imdecode_backend'}
+    for path in _images(toy_coco_root):
+        ours = NativeLoadImageFromFile(**kwargs)(dict(img_path=str(path)))
+        reference = LoadImageFromFile(**mmcv_kwargs)(dict(img_path=str(path)))
+        assert ours.keys() == reference.keys()
+        assert ours['img'].dtype == reference['img'].dtype
+        np.testing.assert_array_equal(ours['img'], reference['img'])
+        assert ours['img_shape'] == reference['img_shape'] == (240, 320)
+        assert ours['ori_shape'] == reference['ori_shape']
+
+
+@pytest.mark.parametrize('content, cause', [
+    (b'', 'empty'),
+    (b'GIF89a definitely not a jpeg', 'could not decode'),
+])
+def test_bad_file_error_names_the_file(tmp_path, content, cause):
+    path = tmp_path / 'broken.jpg'
+    path.write_bytes(content)
+    with pytest.raises(RuntimeError, match=f'cannot load {path}.*{cause}'):
+        NativeLoadImageFromFile()(dict(img_path=str(path)))
+
+
+def test_missing_file_error_names_the_file(tmp_path):
+    path = tmp_path / 'nowhere.jpg'
+    with pytest.raises(RuntimeError, match=f'cannot load {path}'):
+        NativeLoadImageFromFile()(dict(img_path=str(path)))
+
+
+def test_ignore_empty_returns_none(tmp_path):
+    path = tmp_path / 'empty.jpg'
+    path.write_bytes(b'')
+    assert NativeLoadImageFromFile(ignore_empty=True)(dict(img_path=str(path))) is None

@@ -1,0 +1,114 @@
+"""The verdict rule on synthetic series whose shape is known exactly, and its input checks."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))  # this checkout, not an installed copy
+
+from mmdet_ext.engine.memory import (FLAT, LEAK, SAWTOOTH, UNKNOWN,  # noqa: E402
+                                     VerdictThresholds, judge_series, theil_sen_slope)
+
+THRESHOLDS = VerdictThresholds(warmup_iters=10, sawtooth_mib=32)
+
+
+def _epochs(n_epochs: int = 3, per_epoch: int = 40, restart: bool = True):
+    """iters and pids of a worker sampled every iteration; a new pid per epoch if restarted."""
+    iters = np.arange(1, n_epochs * per_epoch + 1)
+    epoch = (iters - 1) // per_epoch
+    pids = 1000 + epoch if restart else np.full_like(iters, 1000)
+    return iters, pids, epoch, (iters - 1) % per_epoch
+
+
+def test_theil_sen_ignores_outliers_and_pairs_across_groups():
+    x = np.arange(20.0)
+    y = 2.0 * x
+    y[5] = 1e6
+    assert theil_sen_slope(x, y) == pytest.approx(2.0)
+    # Two groups each rising 1/iter, with a drop between them: the pooled slope stays 1.
+    x2 = np.concatenate([np.arange(10.0), np.arange(10.0, 20.0)])
+    y2 = np.concatenate([np.arange(10.0), np.arange(10.0)])
+    assert theil_sen_slope(x2, y2, groups=[0] * 10 + [1] * 10) == pytest.approx(1.0)
+    assert theil_sen_slope(x2, y2) < 0.8
+    assert theil_sen_slope([1.0, 1.0], [0.0, 5.0]) == 0.0
+
+
+def test_flat_worker_with_noise_is_flat():
+    iters, pids, _, _ = _epochs()
+    rng = np.random.default_rng(0)
+    anon = 250 + rng.normal(0, 1.0, len(iters))
+    uss = 12 + rng.normal(0, 0.5, len(iters))
+    v = judge_series('train.w0', iters, pids, anon, uss, 40, THRESHOLDS)
+    assert v.verdict == FLAT, v.reason
+    assert v.lives == 3
+
+
+def test_copy_on_write_worker_is_sawtooth_not_leak():
+    iters, pids, _, in_epoch = _epochs()
+    anon = np.full(len(iters), 300.0)  # copying a page does not change anonymous RSS
+    uss = 10 + 70 * (1 - np.exp(-in_epoch / 8.0))  # saturating ramp, reset at each restart
+    v = judge_series('train.w1', iters, pids, anon, uss, 40, THRESHOLDS)
+    assert v.verdict == SAWTOOTH, v.reason
+    assert v.copied_mib == pytest.approx(80, abs=2)
+    assert 'resets when the worker restarts' in v.reason
+
+
+def test_leak_reset_by_restarts_is_still_a_leak():
+    iters, pids, _, in_epoch = _epochs()
+    anon = 245 + 0.25 * in_epoch  # 250 MiB/1000 iter, gone when the worker dies
+    v = judge_series('train.w0', iters, pids, anon, 12 + 0.25 * in_epoch, 40, THRESHOLDS)
+    assert v.verdict == LEAK, v.reason
+    assert v.slope_mib_per_kiter == pytest.approx(250, rel=0.01)
+    assert 'within each of 3 lives' in v.reason
+
+
+def test_slow_main_process_leak_across_epochs():
+    iters = np.arange(0, 3000, 50)
+    anon = 900 + 0.02 * iters  # 20 MiB / 1000 iter over one life
+    v = judge_series('main', iters, np.full(len(iters), 7), anon, None, 1000, THRESHOLDS)
+    assert v.verdict == LEAK
+    assert v.pct_per_epoch == pytest.approx(20 / 930 * 100, rel=0.05)
+
+
+def test_warmup_growth_alone_is_not_a_leak():
+    iters = np.arange(1, 121)
+    anon = np.where(iters < 20, 200 + 3 * iters, 260.0)  # allocator pools fill, then flat
+    v = judge_series('main', iters, np.full(len(iters), 7), anon, None, 40,
+                     VerdictThresholds(warmup_iters=25))
+    assert v.verdict == FLAT, v.reason
+
+
+def test_too_few_samples_is_unknown():
+    v = judge_series('main', [1, 2, 3], [7, 7, 7], [1.0, 2.0, 3.0], None, None, THRESHOLDS)
+    assert v.verdict == UNKNOWN
+    assert judge_series('main', [], [], [], None, None, THRESHOLDS).verdict == UNKNOWN
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(leak_mib_per_kiter=None, leak_pct_per_epoch=None), 'no leak could ever'),
+    (dict(leak_mib_per_kiter=0.0), 'leak_mib_per_kiter must be > 0'),
+    (dict(warmup_iters=-1), 'warmup_iters'),
+    (dict(sawtooth_mib=0), 'sawtooth_mib'),
+    (dict(min_samples=1), 'min_samples'),
+])
+def test_bad_thresholds_are_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        VerdictThresholds(**kwargs)
+
+
+def test_mismatched_series_are_rejected():
+    with pytest.raises(ValueError, match='equally long'):
+        judge_series('w', [1, 2, 3], [1, 1], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match='equally long'):
+        theil_sen_slope([1.0, 2.0], [1.0])
+
+
+def test_short_single_life_keeps_its_full_warmup():
+    # A main process still climbing 48 iterations into a run with a 200-iteration warm-up:
+    # not enough evidence either way (a real Mask R-CNN CPU run looked like this).
+    iters = np.arange(1, 49)
+    v = judge_series('main', iters, np.full(len(iters), 7), 666 + 13 * iters, None, 24,
+                     VerdictThresholds(warmup_iters=200))
+    assert v.verdict == UNKNOWN
