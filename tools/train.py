@@ -77,6 +77,16 @@ def main() -> None:
         if not notes:
             raise
         raise RuntimeError('\n'.join([str(err), *notes])) from err
+    finally:
+        shut_down_process_group()
+
+
+def shut_down_process_group() -> None:
+    """Destroy torch.distributed's group before exit: gloo's threads still running at interpreter
+    shutdown abort the rank ("terminate called without an active exception")."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == '__main__':
