@@ -11,6 +11,8 @@ import argparse
 import os
 import os.path as osp
 
+import torch.distributed as dist
+
 from mmdet.utils import setup_cache_size_limit_of_dynamo
 from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS
@@ -84,7 +86,6 @@ def main() -> None:
 def shut_down_process_group() -> None:
     """Destroy torch.distributed's group before exit: gloo's threads still running at interpreter
     shutdown abort the rank ("terminate called without an active exception")."""
-    import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
