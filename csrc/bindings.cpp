@@ -1,5 +1,7 @@
 // The Python module mmdet_ext._C. Importing it runs the TORCH_LIBRARY registrations of every op;
-// the functions here only describe the build, so Python can tell a stale extension from a fresh one.
+// the functions here describe the build, so Python can tell a stale extension from a fresh one, and
+// set the thread pool of the OpenCV it links (Debian's, not the cv2 wheel's).
+#include <opencv2/core/utility.hpp>
 #include <opencv2/core/version.hpp>
 #include <torch/extension.h>
 #include <torch/version.h>
@@ -25,5 +27,11 @@ PYBIND11_MODULE(_C, m) {
     return false;
 #endif
   }, "Whether CUDA kernels were compiled in.");
+  // DataLoader workers must not each start an OpenCV thread pool (N workers x M threads fight
+  // for the same cores); cv2.setNumThreads only reaches the cv2 wheel's own copy of OpenCV.
+  m.def("set_opencv_num_threads", [](int threads) { cv::setNumThreads(threads); },
+        "cv::setNumThreads for the OpenCV the native ops use (0: run in the calling thread).");
+  m.def("opencv_num_threads", [] { return cv::getNumThreads(); },
+        "cv::getNumThreads of the OpenCV the native ops use.");
   mmdet_ext::bind_store(m);
 }

@@ -7,6 +7,11 @@ TORCH_LIBRARY(mmdet_ext, m) {
   // flags: cv::ImreadModes (IMREAD_COLOR, IMREAD_GRAYSCALE, IMREAD_UNCHANGED, optionally
   // | IMREAD_IGNORE_ORIENTATION). Returns Tensor[H, W, C] uint8, channels in OpenCV order (BGR).
   m.def("decode_image(Tensor data, int flags) -> Tensor");
+  // image Tensor[H, W, C] uint8 (C <= 4) resized to (out_height, out_width) with cv::resize
+  // (interpolation: cv::InterpolationFlags, 0 nearest .. 4 lanczos), then flipped (0 none,
+  // 1 horizontal, 2 vertical, 3 diagonal). Equals mmcv.imresize followed by mmcv.imflip.
+  m.def("warp_image(Tensor image, int out_height, int out_width, int interpolation, int flip) "
+        "-> Tensor");
 
   // Instance masks (csrc/masks/), bit-exact with pycocotools. An RLE is COCO's: run lengths of
   // the mask read column by column, zeros first; `counts` Tensor[K] int32 or int64, returned as

@@ -43,6 +43,36 @@ def _decode_image_fake(data: torch.Tensor, flags: int) -> torch.Tensor:
     return data.new_empty((height, width, channels))
 
 
+# cv::InterpolationFlags by mmcv's names, and warp_image's flip codes by mmcv's direction names.
+INTERPOLATIONS = {'nearest': 0, 'bilinear': 1, 'bicubic': 2, 'area': 3, 'lanczos': 4}
+FLIP_CODES = {None: 0, 'horizontal': 1, 'vertical': 2, 'diagonal': 3}
+
+
+def warp_image(image: torch.Tensor, out_shape: tuple[int, int], interpolation: str = 'bilinear',
+               flip_direction: str | None = None) -> torch.Tensor:
+    """Resize ``image`` (Tensor[H, W, C] uint8) to ``out_shape`` = (h, w), then flip it.
+
+    Equals ``mmcv.imflip(mmcv.imresize(img, (w, h), interpolation=...), flip_direction)`` (cv2
+    backend), in one native call with the GIL released. Returns a new Tensor[h, w, C] uint8.
+    """
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f'interpolation must be one of {sorted(INTERPOLATIONS)}, '
+                         f'got {interpolation!r}')
+    if flip_direction not in FLIP_CODES:
+        raise ValueError(f'flip_direction must be horizontal, vertical, diagonal or None, '
+                         f'got {flip_direction!r}')
+    out_h, out_w = (int(v) for v in out_shape)
+    return torch.ops.mmdet_ext.warp_image(image, out_h, out_w, INTERPOLATIONS[interpolation],
+                                          FLIP_CODES[flip_direction])
+
+
+@torch.library.register_fake('mmdet_ext::warp_image')
+def _warp_image_fake(image: torch.Tensor, out_height: int, out_width: int, interpolation: int,
+                     flip: int) -> torch.Tensor:
+    torch._check(image.dtype == torch.uint8 and image.dim() == 3)
+    return image.new_empty((out_height, out_width, image.shape[2]))
+
+
 # ---------------------------------------------------------------------------------------------
 # Instance masks: COCO RLE and polygons, bit-exact with pycocotools (csrc/masks/).
 #

@@ -5,7 +5,7 @@ are mmengine's, so they are found from mmdet configs and from plain mmengine one
 functions go into mmengine's FUNCTIONS, where ``Runner.build_dataloader`` looks them up (mmdet
 has no FUNCTIONS registry of its own).
 """
-from mmdet.registry import DATASETS, HOOKS, TRANSFORMS
+from mmdet.registry import DATASETS, HOOKS, MODELS, TRANSFORMS
 from mmengine.registry import FUNCTIONS
 
-__all__ = ['DATASETS', 'FUNCTIONS', 'HOOKS', 'TRANSFORMS']
+__all__ = ['DATASETS', 'FUNCTIONS', 'HOOKS', 'MODELS', 'TRANSFORMS']

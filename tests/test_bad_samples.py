@@ -69,7 +69,7 @@ def test_raise_names_sample_image_file_and_cause(bad_root):
     dataset = _dataset(bad_root)
     path = bad_root / 'train' / '000001.jpg'
     with pytest.raises(BadSampleError, match=rf'cannot load sample 1 \(img_id=2, img_path={path}'
-                                             r'\): RuntimeError: .*truncated JPEG'):
+                                             r'\): ImageLoadError: .*truncated JPEG'):
         dataset[1]
     with pytest.raises(BadSampleError, match=r'img_id=5.*empty'):
         dataset[4]

@@ -13,6 +13,9 @@ custom_hooks = [
     # writes memory.json + memory.png to the work dir (docs/memory_watch.md), and stops the run,
     # report written, before the job's memory passes 90% of the machine's.
     dict(type='MemoryWatchHook', interval=50, max_memory_fraction=0.9),
+    # DataLoader workers: at most the usable CPUs per rank, OpenCV threads off inside them, a
+    # timeout so a stuck worker raises, pin_memory when CUDA is there.
+    dict(type='WorkerDefaultsHook', timeout=120),
 ]
 
 default_hooks = dict(

@@ -2,10 +2,10 @@
 from .checkpoint_loading import CheckpointLoadError, load_checkpoint_to_cpu
 from .checkpoint_saving import AtomicLocalBackend, atomic_write_bytes
 from .hooks import (AtomicCheckpointHook, CpuCheckpointLoadHook, ExactResumeHook,
-                    MemoryWatchError, MemoryWatchHook)
+                    MemoryWatchError, MemoryWatchHook, WorkerDefaultsHook)
 
 __all__ = [
     'AtomicCheckpointHook', 'AtomicLocalBackend', 'CheckpointLoadError', 'CpuCheckpointLoadHook',
     'ExactResumeHook', 'MemoryWatchError', 'MemoryWatchHook', 'atomic_write_bytes',
-    'load_checkpoint_to_cpu'
+    'WorkerDefaultsHook', 'load_checkpoint_to_cpu'
 ]

@@ -1,5 +1,7 @@
 """Pipeline transforms (registered in mmdet's TRANSFORMS on import)."""
+from .fused_loading import NativeLoadResizeFlip
 from .lazy_annotations import LoadLazyAnnotations
-from .loading import NativeLoadImageFromFile
+from .loading import ImageLoadError, NativeLoadImageFromFile
 
-__all__ = ['LoadLazyAnnotations', 'NativeLoadImageFromFile']
+__all__ = ['ImageLoadError', 'LoadLazyAnnotations', 'NativeLoadImageFromFile',
+           'NativeLoadResizeFlip']

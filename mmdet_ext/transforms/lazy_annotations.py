@@ -20,7 +20,9 @@ class LoadLazyAnnotations(LoadAnnotations):
       compressed RLE, instead of a full-image bitmap per instance (``poly2mask=True``) or dropped
       RLEs (``poly2mask=False``); ``poly2mask`` is accepted and ignored;
     - ``mask=dict(mask_file=PATH)`` (per-instance PNG, from ``LazyCocoDataset``) is read only when
-      the sample's pixels are used.
+      the sample's pixels are used;
+    - it may come before the image is loaded (the mask size is then the json's ``height`` and
+      ``width``), which ``NativeLoadResizeFlip`` needs.
     Invalid masks (no polygon part with >= 3 points, malformed RLE) mark the instance ignored, as
     mmdet does; an RLE whose size is not the image's is an error (raised before decoding).
     """
@@ -49,7 +51,10 @@ class LoadLazyAnnotations(LoadAnnotations):
         return None
 
     def _load_masks(self, results: dict) -> None:
-        height, width = results['ori_shape']
+        # Before the image is loaded (NativeLoadResizeFlip comes after this transform) the size is
+        # the json's; NativeLoadResizeFlip refuses masks whose size is not the decoded image's.
+        height, width = results['ori_shape'] if 'ori_shape' in results \
+            else (results['height'], results['width'])
         items, ignore_flags = [], []
         for instance in results.get('instances', []):
             item = self._mask_item(instance.get('mask'), height, width)

@@ -6,9 +6,57 @@ import torch
 from mmcv.transforms import LoadImageFromFile
 from mmengine import fileio
 
-from ..io import DEFAULT_MAX_PIXELS, ImageHeaderError, is_jpeg_or_png, read_image_header
+from ..io import DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError, is_jpeg_or_png, read_image_header
 from ..ops import decode_image
 from ..registry import TRANSFORMS
+
+
+class ImageLoadError(RuntimeError):
+    """An image file that cannot be read or decoded; the message names the file."""
+
+
+def read_image_bytes(filename: str, backend_args: Optional[dict],
+                     max_pixels: int) -> tuple[torch.Tensor, Optional[ImageHeader]]:
+    """The file's bytes as Tensor[N] uint8, and its header when it is a JPEG or PNG.
+
+    A JPEG/PNG whose header declares more than ``max_pixels`` pixels is refused here, before
+    anything is decoded or allocated (decompression bombs).
+    """
+    img_bytes = fileio.get(filename, backend_args=backend_args)
+    header = read_image_header(img_bytes, max_pixels) if is_jpeg_or_png(img_bytes) else None
+    encoded = torch.frombuffer(bytearray(img_bytes), dtype=torch.uint8) if img_bytes \
+        else torch.empty(0, dtype=torch.uint8)
+    return encoded, header
+
+
+def decode_file_bytes(encoded: torch.Tensor, filename: str, color_type: str,
+                      scale_denom: int = 1) -> torch.Tensor:
+    """Decode a file's bytes to Tensor[H, W, C] uint8; errors name the file.
+
+    ``scale_denom`` > 1 decodes a JPEG at 1/scale_denom of its size (other formats: full size).
+    """
+    try:
+        return decode_image(encoded, color_type, scale_denom)
+    except RuntimeError as err:
+        raise ImageLoadError(f'cannot load {filename}: {err}') from err
+
+
+def load_image(filename: str, color_type: str, backend_args: Optional[dict],
+               max_pixels: int) -> torch.Tensor:
+    """Read and decode ``filename`` to Tensor[H, W, C] uint8; errors name the file."""
+    try:
+        encoded, _ = read_image_bytes(filename, backend_args, max_pixels)
+    except (OSError, ImageHeaderError) as err:
+        raise ImageLoadError(f'cannot load {filename}: {err}') from err
+    return decode_file_bytes(encoded, filename, color_type)
+
+
+def as_mmcv_image(image: torch.Tensor, to_float32: bool) -> np.ndarray:
+    """Tensor[H, W, C] uint8 -> what mmcv returns: HxWx3 (or HxW for grayscale) uint8/float32."""
+    img = image.numpy()
+    if img.shape[2] == 1:  # mmcv returns grayscale images as HxW
+        img = img[:, :, 0]
+    return img.astype(np.float32) if to_float32 else img
 
 
 @TRANSFORMS.register_module()
@@ -17,10 +65,10 @@ class NativeLoadImageFromFile(LoadImageFromFile):
 
     Same arguments and outputs (``img`` as HxWx3 BGR uint8 or float32, ``img_shape``,
     ``ori_shape``). ``imdecode_backend`` is accepted for config compatibility and ignored: decoding
-    always uses OpenCV's C++ API with the GIL released. Unlike mmcv, a file that cannot be decoded
-    raises an error naming the file and the cause (unless ``ignore_empty``), and a JPEG/PNG whose
-    header declares more than ``max_pixels`` pixels is refused before anything is allocated
-    (decompression bombs), as is a truncated one.
+    always uses libjpeg / OpenCV's C++ API with the GIL released. Unlike mmcv, a file that cannot
+    be decoded raises an error naming the file and the cause (unless ``ignore_empty``), and a
+    JPEG/PNG whose header declares more than ``max_pixels`` pixels is refused before anything is
+    allocated (decompression bombs), as is a truncated or corrupt one.
     """
 
     def __init__(self, *args, max_pixels: int = DEFAULT_MAX_PIXELS, **kwargs) -> None:
@@ -30,20 +78,12 @@ class NativeLoadImageFromFile(LoadImageFromFile):
     def transform(self, results: dict) -> Optional[dict]:
         filename = results['img_path']
         try:
-            img_bytes = fileio.get(filename, backend_args=self.backend_args)
-            if is_jpeg_or_png(img_bytes):
-                read_image_header(img_bytes, self.max_pixels)
-            encoded = torch.frombuffer(bytearray(img_bytes), dtype=torch.uint8) if img_bytes \
-                else torch.empty(0, dtype=torch.uint8)
-            img = decode_image(encoded, self.color_type).numpy()
-        except (OSError, RuntimeError, ImageHeaderError) as err:
+            image = load_image(filename, self.color_type, self.backend_args, self.max_pixels)
+        except ImageLoadError as err:
             if self.ignore_empty:
                 return None
-            raise RuntimeError(f'NativeLoadImageFromFile: cannot load {filename}: {err}') from err
-        if img.shape[2] == 1:  # mmcv returns grayscale images as HxW
-            img = img[:, :, 0]
-        if self.to_float32:
-            img = img.astype(np.float32)
+            raise ImageLoadError(f'NativeLoadImageFromFile: {err}') from err
+        img = as_mmcv_image(image, self.to_float32)
         results['img'] = img
         results['img_shape'] = img.shape[:2]
         results['ori_shape'] = img.shape[:2]

@@ -6,23 +6,27 @@ data_root = 'data/toy_coco/'
 metainfo = dict(classes=('circle', 'rectangle', 'triangle', 'ring'))
 image_scale = (320, 240)
 
+# mmdet_ext's native pipeline: annotations stay compact (LazyInstanceMasks), the image is decoded,
+# resized and flipped in C++ (NativeLoadResizeFlip = LoadImageFromFile + Resize + RandomFlip, same
+# arguments), and fast_collate builds one padded uint8 batch in the worker.
 train_pipeline = [
-    dict(type='NativeLoadImageFromFile'),
     dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
-    dict(type='Resize', scale=image_scale, keep_ratio=True),
-    dict(type='RandomFlip', prob=0.5),
+    dict(type='NativeLoadResizeFlip', scale=image_scale, keep_ratio=True, prob=0.5),
     dict(type='PackDetInputs'),
 ]
 test_pipeline = [
-    dict(type='NativeLoadImageFromFile'),
-    dict(type='Resize', scale=image_scale, keep_ratio=True),
+    dict(type='NativeLoadResizeFlip', scale=image_scale, keep_ratio=True),
     dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
     dict(type='PackDetInputs',
          meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
 ]
+# pad_size_divisor: as the model's data_preprocessor (32 in mmdet's Mask R-CNN).
+collate = dict(type='fast_collate', pad_size_divisor=32)
 train_dataloader = dict(
     batch_size=4,
     num_workers=2,
+    persistent_workers=True,
+    collate_fn=collate,
     dataset=dict(
         type=dataset_type,
         data_root=data_root,
@@ -34,6 +38,8 @@ train_dataloader = dict(
 val_dataloader = dict(
     batch_size=4,
     num_workers=2,
+    persistent_workers=True,
+    collate_fn=collate,
     dataset=dict(
         type=dataset_type,
         data_root=data_root,

@@ -7,6 +7,8 @@ _base_ = 'mmdet::_base_/models/mask-rcnn_r50_fpn.py'
 num_classes = 4
 channels = 64
 model = dict(
+    # Takes fast_collate's padded uint8 batch; the same tensors as mmdet's DetDataPreprocessor.
+    data_preprocessor=dict(type='FastDetDataPreprocessor'),
     backbone=dict(depth=18, frozen_stages=-1, norm_eval=False, init_cfg=None),
     neck=dict(in_channels=[64, 128, 256, 512], out_channels=channels),
     rpn_head=dict(in_channels=channels, feat_channels=channels),

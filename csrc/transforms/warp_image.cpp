@@ -1,0 +1,70 @@
+// CPU kernel of mmdet_ext::warp_image: resize then flip an HxWxC uint8 image in one native call,
+// so a pipeline's Resize + RandomFlip cost one intermediate image instead of two Python arrays.
+// The arithmetic is OpenCV's (cv::resize, cv::flip), the same calls mmcv.imresize/imflip make.
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+#include <torch/library.h>
+#include <torch/types.h>
+
+namespace mmdet_ext {
+namespace {
+
+// flip: 0 none, 1 horizontal, 2 vertical, 3 diagonal (both), mmcv's direction names in order.
+constexpr int kFlipCodes[] = {0, 1, 0, -1};  // cv::flip's codes for 1..3 (index 0 unused)
+
+int opencv_type(const at::Tensor& image) {
+  return CV_MAKETYPE(CV_8U, static_cast<int>(image.size(2)));
+}
+
+cv::Mat as_mat(const at::Tensor& image) {
+  return cv::Mat(static_cast<int>(image.size(0)), static_cast<int>(image.size(1)),
+                 opencv_type(image), image.data_ptr<uint8_t>());
+}
+
+at::Tensor warp_image_cpu(const at::Tensor& image, int64_t out_height, int64_t out_width,
+                          int64_t interpolation, int64_t flip) {
+  TORCH_CHECK(image.device().is_cpu() && image.scalar_type() == at::kByte && image.dim() == 3,
+              "warp_image: expected a CPU uint8 tensor [H, W, C], got ", image.scalar_type(),
+              " ", image.sizes(), " on ", image.device());
+  TORCH_CHECK(image.size(2) >= 1 && image.size(2) <= 4, "warp_image: expected 1 to 4 channels, "
+              "got ", image.size(2));
+  TORCH_CHECK(image.size(0) > 0 && image.size(1) > 0, "warp_image: the image is empty ",
+              image.sizes());
+  TORCH_CHECK(out_height > 0 && out_width > 0 && out_height <= (1 << 15) &&
+                  out_width <= (1 << 15),
+              "warp_image: output size ", out_height, "x", out_width,
+              " (h x w) must be within 1..32768 (an absurd resize target)");
+  TORCH_CHECK(interpolation >= cv::INTER_NEAREST && interpolation <= cv::INTER_LANCZOS4,
+              "warp_image: unknown interpolation ", interpolation,
+              " (0 nearest, 1 bilinear, 2 bicubic, 3 area, 4 lanczos)");
+  TORCH_CHECK(flip >= 0 && flip <= 3, "warp_image: flip must be 0 (none), 1 (horizontal), "
+              "2 (vertical) or 3 (diagonal), got ", flip);
+
+  const at::Tensor src_tensor = image.contiguous();
+  const cv::Mat src = as_mat(src_tensor);
+  at::Tensor out = at::empty({out_height, out_width, image.size(2)}, image.options());
+  cv::Mat dst = as_mat(out);  // OpenCV writes into the tensor's buffer (same size and type)
+  const cv::Size out_size(static_cast<int>(out_width), static_cast<int>(out_height));
+  const bool resize = out_size != src.size();
+  if (resize && flip != 0) {
+    cv::Mat resized;
+    cv::resize(src, resized, out_size, 0, 0, static_cast<int>(interpolation));
+    cv::flip(resized, dst, kFlipCodes[flip]);
+  } else if (resize) {
+    cv::resize(src, dst, out_size, 0, 0, static_cast<int>(interpolation));
+  } else if (flip != 0) {
+    cv::flip(src, dst, kFlipCodes[flip]);
+  } else {
+    src.copyTo(dst);
+  }
+  TORCH_CHECK(dst.data == out.data_ptr<uint8_t>(), "warp_image: OpenCV reallocated the output");
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mmdet_ext, CPU, m) {
+  m.impl("warp_image", &warp_image_cpu);
+}
+
+}  // namespace mmdet_ext

@@ -1,0 +1,93 @@
+"""``WorkerDefaultsHook``: sane DataLoader worker settings, applied before the first batch."""
+import functools
+import os
+from typing import Callable, Optional
+
+import cv2
+import torch
+from mmengine.hooks import Hook
+from mmengine.logging import print_log
+
+from ...registry import HOOKS
+
+
+def usable_cpu_count() -> int:
+    """CPUs this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def disable_opencv_threads() -> None:
+    """Run OpenCV in the calling thread, in the cv2 wheel and in the OpenCV our ops link."""
+    from ... import _C
+    cv2.setNumThreads(0)
+    _C.set_opencv_num_threads(0)
+
+
+def _init_worker(worker_id: int, previous: Optional[Callable]) -> None:
+    disable_opencv_threads()
+    if previous is not None:  # mmengine's seeding (or the user's own function), unchanged
+        previous(worker_id)
+
+
+@HOOKS.register_module()
+class WorkerDefaultsHook(Hook):
+    """Before the run, make every dataloader's workers safe and not oversubscribed.
+
+    Seed 001 and 004: too many workers exhaust RAM and fight for cores, each worker's OpenCV
+    starts its own thread pool, a stuck worker hangs the run forever. For the train, val and
+    test dataloaders this hook
+
+    - caps ``num_workers`` at the CPUs usable per local rank (affinity mask / ``LOCAL_WORLD_SIZE``)
+      and logs when it lowers it (``num_workers=0`` stays 0);
+    - sets ``pin_memory`` when CUDA is available (and ``pin_memory='auto'``);
+    - gives workers a ``timeout`` (seconds) when they have none, so a stuck worker raises;
+    - disables OpenCV's threads inside every worker, then runs the configured
+      ``worker_init_fn`` (mmengine's seeding) as before.
+
+    ``persistent_workers`` cannot change after the DataLoader is built: set it in the config (our
+    dataset base config does). Args: ``max_workers`` (None: the usable CPUs per rank),
+    ``pin_memory`` ('auto' | True | False), ``timeout`` (seconds; 0 leaves it unset).
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self, max_workers: Optional[int] = None, pin_memory='auto',
+                 timeout: float = 120) -> None:
+        if pin_memory not in ('auto', True, False):
+            raise ValueError(f"pin_memory must be 'auto', True or False, got {pin_memory!r}")
+        self.max_workers = max_workers
+        self.pin_memory = pin_memory
+        self.timeout = timeout
+
+    def worker_cap(self) -> int:
+        ranks_here = int(os.environ.get('LOCAL_WORLD_SIZE', 1))
+        cap = max(1, usable_cpu_count() // max(ranks_here, 1))
+        return cap if self.max_workers is None else min(cap, self.max_workers)
+
+    def before_run(self, runner) -> None:
+        loops = {'train': runner._train_loop, 'val': runner._val_loop, 'test': runner._test_loop}
+        for name, loop in loops.items():
+            loader = getattr(loop, 'dataloader', None)  # loops not built yet are still dicts
+            if isinstance(loader, torch.utils.data.DataLoader):
+                self.apply(loader, name)
+
+    def apply(self, loader: torch.utils.data.DataLoader, name: str = 'train') -> None:
+        """Apply the defaults to a DataLoader that has not been iterated yet."""
+        cap = self.worker_cap()
+        if loader.num_workers > cap:
+            print_log(f'WorkerDefaultsHook: {name} dataloader num_workers {loader.num_workers} '
+                      f'-> {cap} (usable CPUs per rank)', logger='current')
+            loader.num_workers = cap
+        if self.pin_memory == 'auto':
+            loader.pin_memory = loader.pin_memory or torch.cuda.is_available()
+        else:
+            loader.pin_memory = self.pin_memory
+        if loader.num_workers > 0:
+            if self.timeout and not loader.timeout:
+                loader.timeout = self.timeout
+            previous = loader.worker_init_fn
+            if not (isinstance(previous, functools.partial) and previous.func is _init_worker):
+                loader.worker_init_fn = functools.partial(_init_worker, previous=previous)

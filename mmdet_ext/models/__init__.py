@@ -1,0 +1,4 @@
+"""Model-side pieces (registered in mmdet's MODELS on import)."""
+from .data_preprocessor import FastDetDataPreprocessor
+
+__all__ = ['FastDetDataPreprocessor']

@@ -1,0 +1,160 @@
+"""Load + Resize + RandomFlip as one transform: decode (reduced-size when the target allows it),
+then resize and flip in one native call."""
+from typing import Optional, Union
+
+import mmcv
+import torch
+from mmcv.image.geometric import _scale_size
+from mmcv.transforms import BaseTransform
+from mmdet.datasets.transforms import RandomFlip, Resize
+from mmdet.structures.bbox import autocast_box_type
+
+from ..io import DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError
+from ..ops import warp_image
+from ..registry import TRANSFORMS
+from .loading import ImageLoadError, as_mmcv_image, decode_file_bytes, read_image_bytes
+
+# libjpeg decodes at 1/2, 1/4 and 1/8 of the size almost for free (it skips DCT coefficients).
+JPEG_SCALE_DENOMS = (8, 4, 2)
+
+
+def ceil_div(size: int, denom: int) -> int:
+    return -(-size // denom)
+
+
+@TRANSFORMS.register_module()
+class NativeLoadResizeFlip(BaseTransform):
+    """``NativeLoadImageFromFile`` + mmdet's ``Resize`` + ``RandomFlip`` in one transform.
+
+    Takes the arguments of the three (``scale``, ``scale_factor``, ``keep_ratio``,
+    ``clip_object_border``, ``interpolation``; ``prob``, ``direction``; ``color_type``,
+    ``to_float32``, ``backend_args``, ``ignore_empty``, ``max_pixels``) and writes the same
+    result keys: ``img``, ``img_shape``, ``ori_shape``, ``scale``, ``scale_factor``,
+    ``keep_ratio``, ``flip``, ``flip_direction``, ``homography_matrix``. Boxes, masks (lazy
+    ones stay lazy) and segmentation maps already in ``results`` are resized and flipped by
+    mmdet's own code, so place it *after* ``LoadLazyAnnotations``. ``prob=None`` means no flip
+    (a test pipeline). The flip direction is drawn exactly as ``RandomFlip`` draws it.
+
+    Why faster: the image is decoded once in C++ and resized and flipped in one more native
+    call. With ``reduced_decode`` (default on), a JPEG larger than twice the target is decoded by
+    libjpeg at 1/2, 1/4 or 1/8 size -- never smaller than the target -- and resized from there;
+    the result differs from a full-size decode + ``cv2.resize`` only by the low-pass libjpeg's
+    scaled IDCT applies (see ``benchmarks/results/pipeline.md`` for the measured difference).
+    Only 8-bit images (``to_float32`` converts at the end) and the cv2 backend are supported.
+    """
+
+    def __init__(self, scale: Optional[Union[int, tuple[int, int]]] = None,
+                 scale_factor: Optional[Union[float, tuple[float, float]]] = None,
+                 keep_ratio: bool = False, clip_object_border: bool = True,
+                 interpolation: str = 'bilinear',
+                 prob: Optional[Union[float, list[float]]] = None,
+                 direction: Union[str, list[str]] = 'horizontal',
+                 color_type: str = 'color', to_float32: bool = False,
+                 backend_args: Optional[dict] = None, ignore_empty: bool = False,
+                 max_pixels: int = DEFAULT_MAX_PIXELS, reduced_decode: bool = True) -> None:
+        # mmdet's own transforms hold the arguments, validate them and do the annotation maths.
+        self.resize = Resize(scale=scale, scale_factor=scale_factor, keep_ratio=keep_ratio,
+                             clip_object_border=clip_object_border, interpolation=interpolation)
+        self.flip = None if prob is None else RandomFlip(prob=prob, direction=direction)
+        self.color_type = color_type
+        self.to_float32 = to_float32
+        self.backend_args = None if backend_args is None else backend_args.copy()
+        self.ignore_empty = ignore_empty
+        self.max_pixels = max_pixels
+        self.reduced_decode = reduced_decode
+
+    def _target_size(self, width: int, height: int) -> tuple[tuple, tuple[int, int]]:
+        """``results['scale']`` and the output (w, h), computed as mmdet's Resize does."""
+        if self.resize.scale:
+            scale = self.resize.scale
+        else:
+            scale = _scale_size((width, height), self.resize.scale_factor)
+        if self.resize.keep_ratio:
+            return scale, mmcv.rescale_size((width, height), scale)
+        return scale, tuple(scale)
+
+    def _scale_denom(self, header: Optional[ImageHeader], out_w: int, out_h: int) -> int:
+        """The largest JPEG reduction whose output still covers the target size."""
+        if not self.reduced_decode or header is None or header.format != 'jpeg':
+            return 1
+        for denom in JPEG_SCALE_DENOMS:
+            if ceil_div(header.width, denom) >= out_w and ceil_div(header.height, denom) >= out_h:
+                return denom
+        return 1
+
+    @autocast_box_type()
+    def transform(self, results: dict) -> Optional[dict]:
+        filename = results['img_path']
+        try:
+            image, (width, height), scale, (out_w, out_h) = self._load(filename)
+        except ImageLoadError as err:
+            if self.ignore_empty:
+                return None
+            raise ImageLoadError(f'NativeLoadResizeFlip: {err}') from err
+        masks = results.get('gt_masks', None)
+        if masks is not None and (masks.height, masks.width) != (height, width):
+            raise ImageLoadError(
+                f'NativeLoadResizeFlip: {filename} is {width}x{height} but its masks are '
+                f'{masks.width}x{masks.height} (the annotation file declares another image size; '
+                'tools/validate_coco.py lists such images)')
+        direction = self.flip._choose_direction() if self.flip is not None else None
+        img = as_mmcv_image(warp_image(image, (out_h, out_w), self.resize.interpolation,
+                                       direction), self.to_float32)
+        results['img'] = img
+        results['ori_shape'] = (height, width)
+        results['img_shape'] = (out_h, out_w)
+        results['scale'] = scale
+        results['scale_factor'] = (out_w / width, out_h / height)
+        results['keep_ratio'] = self.resize.keep_ratio
+        self.resize._resize_bboxes(results)
+        self.resize._resize_masks(results)
+        self.resize._resize_seg(results)
+        self.resize._record_homography_matrix(results)
+        if self.flip is not None:
+            results['flip'] = direction is not None
+            results['flip_direction'] = direction
+        if direction is not None:
+            self._flip_annotations(results, direction)
+        return results
+
+    def _load(self, filename: str) -> tuple[torch.Tensor, tuple[int, int], tuple, tuple[int, int]]:
+        """Decode, reduced when allowed: (image, original (w, h), results['scale'], output (w, h)).
+
+        The target comes from the header's size; if the decoded image is not the size that
+        implies -- EXIF orientation swapped width and height -- decode again at full size and
+        take the target from what was decoded, so the result is always mmdet's.
+        """
+        try:
+            encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
+        except (OSError, ImageHeaderError) as err:
+            raise ImageLoadError(f'cannot load {filename}: {err}') from err
+        if header is not None:
+            scale, (out_w, out_h) = self._target_size(header.width, header.height)
+            denom = self._scale_denom(header, out_w, out_h)
+            image = decode_file_bytes(encoded, filename, self.color_type, denom)
+            if tuple(image.shape[:2]) == (ceil_div(header.height, denom),
+                                          ceil_div(header.width, denom)):
+                return image, (header.width, header.height), scale, (out_w, out_h)
+            if denom == 1:
+                height, width = image.shape[:2]
+                scale, out_size = self._target_size(width, height)
+                return image, (width, height), scale, out_size
+        image = decode_file_bytes(encoded, filename, self.color_type)
+        height, width = image.shape[:2]
+        scale, out_size = self._target_size(width, height)
+        return image, (width, height), scale, out_size
+
+    def _flip_annotations(self, results: dict, direction: str) -> None:
+        """What ``RandomFlip._flip`` does after flipping the image (flipped natively here)."""
+        img_shape = results['img'].shape[:2]
+        if results.get('gt_bboxes', None) is not None:
+            results['gt_bboxes'].flip_(img_shape, direction)
+        if results.get('gt_masks', None) is not None:
+            results['gt_masks'] = results['gt_masks'].flip(direction)
+        if results.get('gt_seg_map', None) is not None:
+            results['gt_seg_map'] = mmcv.imflip(results['gt_seg_map'], direction=direction)
+        self.flip._record_homography_matrix(results)
+
+    def __repr__(self) -> str:
+        return (f'{type(self).__name__}(resize={self.resize!r}, flip={self.flip!r}, '
+                f'color_type={self.color_type!r}, reduced_decode={self.reduced_decode})')
