@@ -1,0 +1,122 @@
+"""fast_collate and FastDetDataPreprocessor against mmengine's pseudo_collate + mmdet's
+DetDataPreprocessor; never mutating the samples it gets (seed 000's collate did)."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+from mmdet.models.data_preprocessors import DetDataPreprocessor
+from mmengine.dataset import pseudo_collate
+from mmengine.model.utils import stack_batch
+from torch.utils.data import DataLoader
+
+from mmdet_ext import FastDetDataPreprocessor, LazyCocoDataset, fast_collate
+
+CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
+# Odd output sizes so images in a batch differ and padding is visible.
+PIPELINE = [
+    dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
+    dict(type='NativeLoadResizeFlip', scale=(301, 211), keep_ratio=True),
+    dict(type='PackDetInputs'),
+]
+PREPROCESSOR = dict(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
+                    bgr_to_rgb=True, pad_size_divisor=32, pad_mask=True)
+
+
+def _dataset(root, pipeline=PIPELINE) -> LazyCocoDataset:
+    return LazyCocoDataset(data_root=str(root), ann_file='annotations/instances_train.json',
+                           data_prefix=dict(img='train/'), metainfo=dict(classes=CLASSES),
+                           pipeline=pipeline)
+
+
+def _mixed_size_batch(dataset) -> list[dict]:
+    """Four samples whose images differ in size (cropped), as a pipeline could produce."""
+    batch = [dataset[i] for i in range(4)]
+    for i, sample in enumerate(batch):
+        sample['inputs'] = sample['inputs'][:, :200 - 13 * i, :300 - 29 * i].clone()
+    return batch
+
+
+def test_pads_like_stack_batch_and_keeps_every_other_key(toy_coco_root):
+    batch = _mixed_size_batch(_dataset(toy_coco_root))
+    out = fast_collate(batch, pad_size_divisor=32, pad_value=7)
+    expected = stack_batch([s['inputs'] for s in batch], pad_size_divisor=32, pad_value=7)
+    assert out['inputs'].dtype == torch.uint8
+    assert torch.equal(out['inputs'], expected)
+    assert out['input_shapes'] == [tuple(s['inputs'].shape[1:]) for s in batch]
+    assert [id(s) for s in out['data_samples']] == [id(s['data_samples']) for s in batch]
+
+
+def test_never_mutates_the_samples_it_receives(toy_coco_root):
+    batch = _mixed_size_batch(_dataset(toy_coco_root))
+    snapshot = [(sample['inputs'].clone(), copy.deepcopy(sample['data_samples']))
+                for sample in batch]
+    keys = [sorted(sample) for sample in batch]
+    out = fast_collate(batch)
+    # The caller then does what a preprocessor and seed 000's collate did: write into the
+    # batch, mutate the containers, modify the data samples' own tensors.
+    out['inputs'].zero_()
+    out['data_samples'].clear()
+    assert len(batch) == 4 and [sorted(sample) for sample in batch] == keys
+    for sample, (inputs, data_sample) in zip(batch, snapshot):
+        assert torch.equal(sample['inputs'], inputs)
+        assert torch.equal(sample['data_samples'].gt_instances.bboxes.tensor,
+                           data_sample.gt_instances.bboxes.tensor)
+
+
+def test_refuses_mixed_channels_and_empty_batches(toy_coco_root):
+    batch = _mixed_size_batch(_dataset(toy_coco_root))
+    batch[2]['inputs'] = batch[2]['inputs'][:1]
+    with pytest.raises(ValueError, match='sample 2 is torch.uint8 with 1 channels'):
+        fast_collate(batch)
+    with pytest.raises(ValueError, match='empty'):
+        fast_collate([])
+    with pytest.raises(TypeError, match='sample 0 inputs must be a Tensor'):
+        fast_collate([dict(inputs=np.zeros((3, 4, 4), np.uint8))])
+
+
+def test_preprocessor_output_equals_mmdet(toy_coco_root):
+    """Same images, metainfo and padded masks as pseudo_collate + DetDataPreprocessor."""
+    dataset = _dataset(toy_coco_root)
+    ours = FastDetDataPreprocessor(**PREPROCESSOR)(fast_collate(_mixed_size_batch(dataset)),
+                                                   training=True)
+    reference = DetDataPreprocessor(**PREPROCESSOR)(pseudo_collate(_mixed_size_batch(dataset)),
+                                                    training=True)
+    assert torch.equal(ours['inputs'], reference['inputs'])
+    for mine, theirs in zip(ours['data_samples'], reference['data_samples']):
+        assert mine.batch_input_shape == theirs.batch_input_shape
+        assert mine.pad_shape == theirs.pad_shape
+        np.testing.assert_array_equal(mine.gt_instances.masks.to_ndarray(),
+                                      theirs.gt_instances.masks.to_ndarray())
+        assert torch.equal(mine.gt_instances.bboxes, theirs.gt_instances.bboxes)
+
+
+def test_preprocessor_passes_lists_to_mmdet(toy_coco_root):
+    dataset = _dataset(toy_coco_root)
+    ours = FastDetDataPreprocessor(**PREPROCESSOR)(pseudo_collate(_mixed_size_batch(dataset)))
+    reference = DetDataPreprocessor(**PREPROCESSOR)(pseudo_collate(_mixed_size_batch(dataset)))
+    assert torch.equal(ours['inputs'], reference['inputs'])
+
+
+@pytest.mark.parametrize('num_workers', [0, 2])
+def test_dataloader_batches_equal_in_process_and_in_workers(toy_coco_root, num_workers):
+    dataset = _dataset(toy_coco_root)
+    expected = [fast_collate([dataset[i] for i in range(start, start + 3)])
+                for start in range(0, len(dataset) - 2, 3)]
+    loader = DataLoader(dataset, batch_size=3, drop_last=True, collate_fn=fast_collate,
+                        num_workers=num_workers, persistent_workers=num_workers > 0)
+    for _ in range(2):  # a second epoch: persistent workers, and nothing was mutated
+        got = list(loader)
+        assert len(got) == len(expected)
+        for batch, want in zip(got, expected):
+            assert torch.equal(batch['inputs'], want['inputs'])
+            assert batch['input_shapes'] == want['input_shapes']
+            assert [s.img_id for s in batch['data_samples']] == \
+                [s.img_id for s in want['data_samples']]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='pinned memory needs CUDA')
+def test_pin_memory_in_the_main_process(toy_coco_root):
+    batch = _mixed_size_batch(_dataset(toy_coco_root))
+    assert fast_collate(batch, pin_memory=True)['inputs'].is_pinned()
+    assert not fast_collate(batch)['inputs'].is_pinned()

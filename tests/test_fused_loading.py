@@ -1,0 +1,109 @@
+"""NativeLoadResizeFlip against mmcv's LoadImageFromFile + mmdet's Resize + RandomFlip."""
+import copy
+
+import cv2
+import numpy as np
+import pytest
+from mmcv.transforms import LoadImageFromFile
+from mmdet.datasets.transforms import RandomFlip, Resize
+
+from mmdet_ext import ImageLoadError, LazyCocoDataset, NativeLoadResizeFlip
+from mmdet_ext.transforms import LoadLazyAnnotations
+
+CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
+RESULT_KEYS = ('ori_shape', 'img_shape', 'scale', 'scale_factor', 'keep_ratio', 'flip',
+               'flip_direction')
+
+
+def _annotated(root, split='train') -> list[dict]:
+    dataset = LazyCocoDataset(data_root=str(root), ann_file=f'annotations/instances_{split}.json',
+                              data_prefix=dict(img=f'{split}/'), metainfo=dict(classes=CLASSES),
+                              pipeline=[LoadLazyAnnotations(with_bbox=True, with_mask=True)])
+    return [dataset[i] for i in range(4)]
+
+
+def _mmdet(results: dict, resize: dict, flip: dict) -> dict:
+    results = LoadImageFromFile()(results)
+    return RandomFlip(**flip)(Resize(**resize)(results))
+
+
+def _assert_same(ours: dict, reference: dict, exact_image: bool = True) -> None:
+    for key in RESULT_KEYS:
+        assert ours[key] == reference[key], key
+    np.testing.assert_array_equal(ours['homography_matrix'], reference['homography_matrix'])
+    if exact_image:
+        np.testing.assert_array_equal(ours['img'], reference['img'])
+    assert ours['img'].shape == reference['img'].shape
+    assert ours['gt_bboxes'].tensor.equal(reference['gt_bboxes'].tensor)
+    np.testing.assert_array_equal(ours['gt_masks'].to_ndarray(),
+                                  reference['gt_masks'].to_ndarray())
+
+
+@pytest.mark.parametrize('resize', [
+    dict(scale=(320, 240), keep_ratio=True),
+    dict(scale=(500, 333), keep_ratio=True),
+    dict(scale=(200, 190), keep_ratio=False),
+    dict(scale_factor=0.37),
+    dict(scale=(640, 480), keep_ratio=True, interpolation='nearest'),
+])
+@pytest.mark.parametrize('direction', ['horizontal', 'vertical', 'diagonal'])
+def test_equals_mmdet_load_resize_flip(toy_coco_root, resize, direction):
+    flip = dict(prob=0.5, direction=direction)
+    for sample in _annotated(toy_coco_root):
+        np.random.seed(3)  # both draw the flip from numpy's global RNG, the same way
+        reference = _mmdet(copy.deepcopy(sample), resize, flip)
+        np.random.seed(3)
+        ours = NativeLoadResizeFlip(**resize, **flip)(copy.deepcopy(sample))
+        _assert_same(ours, reference)
+
+
+def test_without_prob_it_does_not_flip_or_draw(toy_coco_root):
+    sample = _annotated(toy_coco_root, 'val')[0]
+    state = np.random.get_state()[1].copy()
+    ours = NativeLoadResizeFlip(scale=(320, 240), keep_ratio=True)(copy.deepcopy(sample))
+    np.testing.assert_array_equal(np.random.get_state()[1], state)
+    reference = Resize(scale=(320, 240), keep_ratio=True)(LoadImageFromFile()(sample))
+    assert 'flip' not in ours
+    np.testing.assert_array_equal(ours['img'], reference['img'])
+
+
+def _large_copy(sample: dict, tmp_path, factor: int) -> dict:
+    """The sample with its image (and masks' size) ``factor`` times larger, as a JPEG."""
+    img = cv2.imread(sample['img_path'])
+    big = cv2.resize(img, None, fx=factor, fy=factor, interpolation=cv2.INTER_CUBIC)
+    path = tmp_path / f'big_{factor}.jpg'
+    cv2.imwrite(str(path), big, [cv2.IMWRITE_JPEG_QUALITY, 95])
+    sample = copy.deepcopy(sample)
+    sample['img_path'] = str(path)
+    sample['height'], sample['width'] = big.shape[:2]
+    sample['gt_masks'] = sample['gt_masks'].rescale(float(factor))
+    sample['gt_bboxes'].rescale_((factor, factor))
+    return sample
+
+
+def test_reduced_decode_stays_close_to_mmdet(toy_coco_root, tmp_path):
+    """A 4x larger JPEG resized back to 320x240: libjpeg decodes it at 1/4 size."""
+    sample = _large_copy(_annotated(toy_coco_root)[0], tmp_path, factor=4)
+    resize, flip = dict(scale=(320, 240), keep_ratio=True), dict(prob=1.0)
+    reference = _mmdet(copy.deepcopy(sample), resize, flip)
+    full = NativeLoadResizeFlip(**resize, **flip, reduced_decode=False)(copy.deepcopy(sample))
+    _assert_same(full, reference)
+    transform = NativeLoadResizeFlip(**resize, **flip)
+    reduced = transform(copy.deepcopy(sample))
+    _assert_same(reduced, reference, exact_image=False)  # geometry and annotations exact
+    difference = np.abs(reduced['img'].astype(int) - reference['img'].astype(int))
+    assert 0 < difference.mean() < 3.0, difference.mean()  # reduced, and close
+
+
+def test_mask_size_mismatch_and_bad_files_name_the_file(toy_coco_root, tmp_path):
+    sample = _annotated(toy_coco_root)[0]
+    wrong = copy.deepcopy(sample)
+    wrong['gt_masks'] = wrong['gt_masks'].resize((100, 100))
+    with pytest.raises(ImageLoadError, match=f'{sample["img_path"]} is 320x240 but its masks'):
+        NativeLoadResizeFlip(scale=(320, 240), keep_ratio=True)(wrong)
+    broken = tmp_path / 'broken.jpg'
+    broken.write_bytes(open(sample['img_path'], 'rb').read()[:500])
+    bad = dict(copy.deepcopy(sample), img_path=str(broken))
+    with pytest.raises(ImageLoadError, match=f'NativeLoadResizeFlip: cannot load {broken}'):
+        NativeLoadResizeFlip(scale=(320, 240), keep_ratio=True)(copy.deepcopy(bad))
+    assert NativeLoadResizeFlip(scale=(320, 240), keep_ratio=True, ignore_empty=True)(bad) is None

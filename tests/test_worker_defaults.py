@@ -1,0 +1,66 @@
+"""WorkerDefaultsHook: capped workers, OpenCV threads off inside them, seeding kept, timeout."""
+import random
+
+import cv2
+import numpy as np
+import torch
+from mmengine.runner import Runner
+from torch.utils.data import DataLoader, Dataset
+
+from mmdet_ext import WorkerDefaultsHook, _C
+from mmdet_ext.engine.hooks.worker_defaults_hook import usable_cpu_count
+from mmdet_ext.testing.tiny_runner import LossRecorderHook, read_losses, tiny_runner_kwargs
+
+
+class WorkerProbe(Dataset):
+    """Reports, from inside the worker, OpenCV's thread counts and a draw from numpy's RNG."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([cv2.getNumThreads(), _C.opencv_num_threads(),
+                             np.random.randint(1 << 30), random.randint(0, 1 << 30)])
+
+
+def _seed_worker(worker_id: int) -> None:
+    np.random.seed(1000 + worker_id)
+    random.seed(1000 + worker_id)
+
+
+def test_caps_workers_disables_opencv_threads_and_keeps_the_init_fn():
+    loader = DataLoader(WorkerProbe(), batch_size=1, num_workers=usable_cpu_count() + 3,
+                        worker_init_fn=_seed_worker)
+    WorkerDefaultsHook(timeout=30).apply(loader)
+    assert loader.num_workers == usable_cpu_count()
+    assert loader.timeout == 30
+    assert loader.pin_memory == torch.cuda.is_available()
+    loader.num_workers = 2  # keep the test light on a 2-core machine
+    rows = torch.cat(list(loader)).tolist()
+    assert all(row[0] == 1 and row[1] == 1 for row in rows)  # 1 = no parallel threads
+    # The configured init fn still seeded each worker: worker w's first draws are seed 1000 + w's.
+    first_draws = {row[2] for row in rows[:2]}
+    np.random.seed(1000)
+    expected_0 = np.random.randint(1 << 30)
+    np.random.seed(1001)
+    expected_1 = np.random.randint(1 << 30)
+    assert first_draws == {expected_0, expected_1}
+    WorkerDefaultsHook().apply(loader)  # applying twice does not wrap twice
+    assert loader.worker_init_fn.keywords['previous'] is _seed_worker
+
+
+def test_runner_applies_it_before_the_first_batch(tmp_path):
+    """In the real Runner: 3 workers capped to 1, mmengine's seeding unchanged (same losses as a
+    run configured with 1 worker)."""
+    losses = {}
+    for name, workers, hooks in (('plain', 1, []),
+                                 ('hook', 3, [dict(type='WorkerDefaultsHook', max_workers=1)])):
+        path = str(tmp_path / f'{name}.jsonl')
+        kwargs = tiny_runner_kwargs(str(tmp_path / name), max_epochs=1, with_val=False,
+                                    custom_hooks=[*hooks, LossRecorderHook(path)])
+        kwargs['train_dataloader'].update(num_workers=workers, persistent_workers=True)
+        runner = Runner(**kwargs)
+        runner.train()
+        assert runner.train_dataloader.num_workers == 1
+        losses[name] = read_losses(path)
+    assert losses['plain'] == losses['hook'] and losses['plain']
