@@ -24,7 +24,8 @@ constexpr int64_t kMaxDecodedPixels = int64_t{1} << 30;
 //
 // Returns a continuous 8-bit Mat of 1 or 3 channels (4 for PNG/TIFF with alpha under
 // IMREAD_UNCHANGED). Throws c10::Error (TORCH_CHECK) on empty, truncated, corrupt or
-// undecodable input, unsupported flags, and images of more than kMaxDecodedPixels pixels.
+// undecodable input, unsupported flags, and images of more than kMaxDecodedPixels pixels (for a
+// JPEG: declared pixels, whatever scale_denom).
 cv::Mat decode_image_to_mat(const uint8_t* data, int64_t size, int64_t flags,
                             int64_t scale_denom);
 

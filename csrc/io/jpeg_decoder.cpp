@@ -140,6 +140,13 @@ std::optional<DecodedJpeg> decode_jpeg(const uint8_t* data, int64_t size, JpegOu
     session.fail(size);
   }
   jpeg_decompress_struct& cinfo = session.cinfo();
+  // Checked on the declared size, not the (reduced) output size as OpenCV does: libjpeg keeps a
+  // progressive JPEG's coefficients at full size whatever the scale, so a small file declaring a
+  // huge image would otherwise allocate gigabytes (a decompression bomb).
+  const int64_t declared = int64_t{cinfo.image_width} * cinfo.image_height;
+  TORCH_CHECK(declared <= kMaxDecodedPixels, "decode_image: the JPEG declares ", cinfo.image_width,
+              "x", cinfo.image_height, " pixels, more than OpenCV's limit of ", kMaxDecodedPixels,
+              " (decompression bomb?)");
   if (cinfo.num_components == 4) {
     check_scans(session, size);
     return std::nullopt;
@@ -156,12 +163,10 @@ std::optional<DecodedJpeg> decode_jpeg(const uint8_t* data, int64_t size, JpegOu
   if (!session.run([](j_decompress_ptr cinfo) { jpeg_calc_output_dimensions(cinfo); })) {
     session.fail(size);
   }
-  const int64_t height = cinfo.output_height;
-  const int64_t width = cinfo.output_width;
-  TORCH_CHECK(height * width <= kMaxDecodedPixels, "decode_image: the JPEG decodes to ", width,
-              "x", height, " pixels, more than OpenCV's limit of ", kMaxDecodedPixels);
+  const int height = static_cast<int>(cinfo.output_height);  // <= 65500, libjpeg's limit
+  const int width = static_cast<int>(cinfo.output_width);
 
-  cv::Mat image(static_cast<int>(height), static_cast<int>(width), color ? CV_8UC3 : CV_8UC1);
+  cv::Mat image(height, width, color ? CV_8UC3 : CV_8UC1);
   uint8_t* const pixels = image.data;
   const size_t stride = image.step[0];
   const bool ok = session.run([pixels, stride](j_decompress_ptr cinfo) {
