@@ -2,9 +2,9 @@
 
     pip install --no-build-isolation -e .      (tools/install_deps.sh does this for you)
 
-OpenCV comes from the system (Debian's libopencv-dev), found with pkg-config. CUDA sources
-(csrc/**/*.cu) are compiled only when building for CUDA: FORCE_CUDA=1, or a CUDA build of torch
-with nvcc available.
+OpenCV and libjpeg come from the system (Debian's libopencv-dev and libjpeg62-turbo-dev, the
+libjpeg OpenCV links), found with pkg-config. CUDA sources (csrc/**/*.cu) are compiled only when
+building for CUDA: FORCE_CUDA=1, or a CUDA build of torch with nvcc available.
 """
 import importlib.util
 import os
@@ -28,25 +28,32 @@ def load_build_hash_module():
     return module
 
 
-def pkg_config(*args: str) -> list[str]:
+APT_PACKAGES = {'opencv4': 'libopencv-dev', 'libjpeg': 'libjpeg62-turbo-dev'}
+
+
+def pkg_config(*args: str, package: str = 'opencv4') -> list[str]:
     try:
-        out = subprocess.run(['pkg-config', *args, 'opencv4'], check=True, capture_output=True,
+        out = subprocess.run(['pkg-config', *args, package], check=True, capture_output=True,
                              text=True).stdout
     except (FileNotFoundError, subprocess.CalledProcessError) as err:
-        sys.exit(f'mmdet_ext needs OpenCV for C++ found by pkg-config ({err}). '
-                 'On Debian/Ubuntu: apt-get install libopencv-dev pkg-config')
+        sys.exit(f'mmdet_ext needs {package} for C++ found by pkg-config ({err}). '
+                 f'On Debian/Ubuntu: apt-get install {APT_PACKAGES[package]} pkg-config')
     return out.split()
 
 
-def opencv_build_flags() -> dict:
+def native_build_flags() -> dict:
     include_dirs = [flag[2:] for flag in pkg_config('--cflags-only-I')]
     library_dirs = [flag[2:] for flag in pkg_config('--libs-only-L')]
     available = {flag[2:] for flag in pkg_config('--libs-only-l')}
     missing = [m for m in OPENCV_MODULES if m not in available]
     if missing:
         sys.exit(f'OpenCV found by pkg-config lacks {missing}; install libopencv-dev')
-    return dict(include_dirs=include_dirs, library_dirs=library_dirs,
-                libraries=list(OPENCV_MODULES))
+    # libjpeg(-turbo): decode_image decodes JPEGs with it directly (csrc/io/jpeg_decoder.cpp)
+    include_dirs += [flag[2:] for flag in pkg_config('--cflags-only-I', package='libjpeg')]
+    library_dirs += [flag[2:] for flag in pkg_config('--libs-only-L', package='libjpeg')]
+    libraries = [*OPENCV_MODULES,
+                 *(flag[2:] for flag in pkg_config('--libs-only-l', package='libjpeg'))]
+    return dict(include_dirs=include_dirs, library_dirs=library_dirs, libraries=libraries)
 
 
 def building_for_cuda() -> bool:
@@ -63,19 +70,20 @@ def make_extension():
     cpp_sources = [str(p.relative_to(ROOT)) for p in sources if p.suffix == '.cpp']
     cuda_sources = [str(p.relative_to(ROOT)) for p in sources if p.suffix == '.cu']
     with_cuda = building_for_cuda()
-    opencv = opencv_build_flags()
+    native = native_build_flags()
     macros = [('MMDET_EXT_SOURCE_HASH', f'"{build_hash.source_hash(CSRC)}"')]
     cxx_flags = ['-O3', '-std=c++20', '-fvisibility=hidden']
+    libjpeg_version = pkg_config('--modversion', package='libjpeg')[0]
     print(f'[mmdet_ext] torch {torch.__version__}, OpenCV {pkg_config("--modversion")[0]} '
-          f'({", ".join(OPENCV_MODULES)}), {len(cpp_sources)} C++ sources, '
-          f'{len(cuda_sources)} CUDA sources, CUDA build: {with_cuda} '
+          f'({", ".join(OPENCV_MODULES)}), libjpeg {libjpeg_version}, {len(cpp_sources)} C++ '
+          f'sources, {len(cuda_sources)} CUDA sources, CUDA build: {with_cuda} '
           f'(torch.version.cuda={torch.version.cuda}, CUDA_HOME={CUDA_HOME})')
     if with_cuda:
         macros.append(('MMDET_EXT_WITH_CUDA', None))
         return CUDAExtension('mmdet_ext._C', cpp_sources + cuda_sources, define_macros=macros,
-                             extra_compile_args={'cxx': cxx_flags, 'nvcc': ['-O3']}, **opencv)
+                             extra_compile_args={'cxx': cxx_flags, 'nvcc': ['-O3']}, **native)
     return CppExtension('mmdet_ext._C', cpp_sources, define_macros=macros,
-                        extra_compile_args={'cxx': cxx_flags}, **opencv)
+                        extra_compile_args={'cxx': cxx_flags}, **native)
 
 
 def read_version() -> str:

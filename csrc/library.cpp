@@ -5,8 +5,10 @@
 TORCH_LIBRARY(mmdet_ext, m) {
   // data: Tensor[N] uint8, the encoded file bytes (JPEG, PNG, BMP, ... whatever OpenCV reads).
   // flags: cv::ImreadModes (IMREAD_COLOR, IMREAD_GRAYSCALE, IMREAD_UNCHANGED, optionally
-  // | IMREAD_IGNORE_ORIENTATION). Returns Tensor[H, W, C] uint8, channels in OpenCV order (BGR).
-  m.def("decode_image(Tensor data, int flags) -> Tensor");
+  // | IMREAD_IGNORE_ORIENTATION). scale_denom (1, 2, 4, 8): a JPEG is decoded at 1/scale_denom
+  // of its size, as IMREAD_REDUCED_*_N; other formats ignore it. Returns Tensor[H, W, C] uint8,
+  // channels in OpenCV order (BGR). Corrupt JPEG data is an error (csrc/io/jpeg_decoder.cpp).
+  m.def("decode_image(Tensor data, int flags, int scale_denom=1) -> Tensor");
   // image Tensor[H, W, C] uint8 (C <= 4) resized to (out_height, out_width) with cv::resize
   // (interpolation: cv::InterpolationFlags, 0 nearest .. 4 lanczos), then flipped (0 none,
   // 1 horizontal, 2 vertical, 3 diagonal). Equals mmcv.imresize followed by mmcv.imflip.

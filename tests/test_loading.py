@@ -37,6 +37,26 @@ def test_bad_file_error_names_the_file(tmp_path, content, cause):
         NativeLoadImageFromFile()(dict(img_path=str(path)))
 
 
+def _drop_middle_of_scan(jpeg: bytes) -> bytes:
+    """The JPEG without the middle third of its first scan; markers and EOI stay."""
+    sos = jpeg.index(b'\xff\xda')
+    start = end = sos + 2 + int.from_bytes(jpeg[sos + 2:sos + 4], 'big')
+    while not (jpeg[end] == 0xFF and jpeg[end + 1] != 0 and not 0xD0 <= jpeg[end + 1] <= 0xD7):
+        end += 1
+    third = (end - start) // 3
+    return jpeg[:start + third] + jpeg[start + 2 * third:]
+
+
+def test_corrupt_jpeg_scan_error_names_the_file(toy_coco_root, tmp_path):
+    path = tmp_path / 'corrupt_scan.jpg'
+    path.write_bytes(_drop_middle_of_scan(_images(toy_coco_root)[0].read_bytes()))
+    # mmcv (cv2.imdecode) loads it without a word: libjpeg only warns
+    assert LoadImageFromFile()(dict(img_path=str(path)))['img'].shape == (240, 320, 3)
+    with pytest.raises(RuntimeError, match=f'cannot load {path}: decode_image: corrupt JPEG data'):
+        NativeLoadImageFromFile()(dict(img_path=str(path)))
+    assert NativeLoadImageFromFile(ignore_empty=True)(dict(img_path=str(path))) is None
+
+
 def test_missing_file_error_names_the_file(tmp_path):
     path = tmp_path / 'nowhere.jpg'
     with pytest.raises(RuntimeError, match=f'cannot load {path}'):

@@ -78,7 +78,7 @@ def read_image_header(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Imag
     elif data.startswith(_JPEG_MAGIC):
         height, width = _jpeg_size(data)
         fmt = 'jpeg'
-        complete = b'\xff\xd9' in data[-1024:]  # as decode_image.cpp: padding may follow
+        complete = b'\xff\xd9' in data[-1024:]  # as image_decoder.cpp: padding may follow
     else:
         raise ImageHeaderError(f'not a JPEG or PNG file (starts with {data[:8]!r})')
     if height <= 0 or width <= 0:

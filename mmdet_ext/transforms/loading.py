@@ -65,10 +65,12 @@ class NativeLoadImageFromFile(LoadImageFromFile):
 
     Same arguments and outputs (``img`` as HxWx3 BGR uint8 or float32, ``img_shape``,
     ``ori_shape``). ``imdecode_backend`` is accepted for config compatibility and ignored: decoding
-    always uses libjpeg / OpenCV's C++ API with the GIL released. Unlike mmcv, a file that cannot
-    be decoded raises an error naming the file and the cause (unless ``ignore_empty``), and a
-    JPEG/PNG whose header declares more than ``max_pixels`` pixels is refused before anything is
-    allocated (decompression bombs), as is a truncated or corrupt one.
+    always goes through ``decode_image`` (libjpeg for JPEG, OpenCV's C++ API otherwise, bit-exact
+    with ``cv2.imdecode``) with the GIL released. Unlike mmcv, a file that cannot be decoded raises
+    an error naming the file and the cause (unless ``ignore_empty``), and so does a JPEG whose
+    entropy-coded data libjpeg finds corrupt (mmcv returns garbage pixels for it); a JPEG/PNG whose
+    header declares more than ``max_pixels`` pixels is refused before anything is allocated
+    (decompression bombs), as is a truncated one.
     """
 
     def __init__(self, *args, max_pixels: int = DEFAULT_MAX_PIXELS, **kwargs) -> None:

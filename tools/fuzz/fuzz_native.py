@@ -2,12 +2,14 @@
 
     python3 tools/fuzz/fuzz_native.py TARGET [atheris/libFuzzer flags, e.g. -max_total_time=60]
 
-TARGET is one of: rle_from_string, rle_decode, rle_from_polygons, decode_image, image_header.
-A finding is anything other than the documented error: a crash (segfault, abort), a hang, or an
-exception that is not a ``RuntimeError`` from a ``TORCH_CHECK`` (``ImageHeaderError`` for the
-header reader). Native code is not coverage-instrumented here (only Python is), so this is
-mutation fuzzing of the native ops; build with ``tools/fuzz/build_sanitized.sh`` so memory errors
-abort instead of passing silently. Findings are recorded in ``docs/fuzzing.md``.
+TARGET is one of: rle_from_string, rle_decode, rle_from_polygons, decode_image,
+decode_image_vs_cv2, image_header. A finding is anything other than the documented error: a crash
+(segfault, abort), a hang, or an exception that is not a ``RuntimeError`` from a ``TORCH_CHECK``
+(``ImageHeaderError`` for the header reader). ``decode_image_vs_cv2`` adds an oracle: whenever
+``decode_image`` returns an image for a JPEG, it must be the one ``cv2.imdecode`` returns (an
+``AssertionError`` otherwise). Native code is not coverage-instrumented here (only Python is), so
+this is mutation fuzzing of the native ops; build with ``tools/fuzz/build_sanitized.sh`` so memory
+errors abort instead of passing silently. Findings are recorded in ``docs/fuzzing.md``.
 """
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 # Coverage-instrument only our Python (instrumenting torch and mmdet takes minutes).
 with atheris.instrument_imports(include=['mmdet_ext.io', 'mmdet_ext.ops']):
+    import cv2
     import numpy as np
     import torch
 
@@ -57,9 +60,37 @@ def rle_from_polygons(data: bytes) -> None:
                           torch.tensor(lengths, dtype=torch.int64), height, width)
 
 
+# Every imread mode with every reduced size. The mode comes from the input's length, so inputs
+# stay plain image files (the seeds are real JPEGs and PNGs) and each mode sees all of them.
+DECODE_MODES = [(color_type, scale_denom) for color_type in ops.IMREAD_FLAGS
+                for scale_denom in ops.SCALE_DENOMS]
+CV2_REDUCED = {1: 0, 2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
+               8: cv2.IMREAD_REDUCED_GRAYSCALE_8}
+
+
+def _decode(data: bytes) -> tuple[np.ndarray, str, int]:
+    color_type, scale_denom = DECODE_MODES[len(data) % len(DECODE_MODES)]
+    encoded = torch.from_numpy(np.frombuffer(bytearray(data) or bytearray(1), dtype=np.uint8))
+    return ops.decode_image(encoded, color_type, scale_denom).numpy(), color_type, scale_denom
+
+
 def decode_image(data: bytes) -> None:
-    ops.decode_image(torch.from_numpy(np.frombuffer(bytearray(data) or bytearray(1),
-                                                    dtype=np.uint8)))
+    _decode(data)
+
+
+def decode_image_vs_cv2(data: bytes) -> None:
+    decoded, color_type, scale_denom = _decode(data)  # a RuntimeError ends it: documented
+    if not data.startswith(b'\xff\xd8\xff'):
+        return  # other formats go through the system OpenCV, not the wheel: not bit-exact
+    flags = ops.IMREAD_FLAGS[color_type]
+    if color_type == 'unchanged' and scale_denom > 1:  # no IMREAD_REDUCED_UNCHANGED
+        flags = (1 if decoded.shape[2] == 3 else 0) | cv2.IMREAD_IGNORE_ORIENTATION
+    expected = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flags | CV2_REDUCED[scale_denom])
+    assert expected is not None, f'decode_image decoded what cv2 refuses ({color_type}, ' \
+        f'{scale_denom})'
+    expected = expected[:, :, None] if expected.ndim == 2 else expected
+    assert decoded.shape == expected.shape and np.array_equal(decoded, expected), \
+        f'not bit-exact with cv2 ({color_type}, {scale_denom})'
 
 
 def image_header(data: bytes) -> None:
@@ -70,7 +101,7 @@ def image_header(data: bytes) -> None:
 
 
 TARGETS = {f.__name__: f for f in (rle_from_string, rle_decode, rle_from_polygons, decode_image,
-                                   image_header)}
+                                   decode_image_vs_cv2, image_header)}
 
 
 def main() -> None:
