@@ -29,6 +29,7 @@ from mmdet.datasets import CocoDataset
 from mmdet.datasets.transforms import PackDetInputs
 from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmengine.dataset import pseudo_collate
+from mmengine.registry import init_default_scope
 from torch.utils.data import DataLoader, Dataset
 
 import mmdet_ext
@@ -141,6 +142,7 @@ def main() -> None:
     parser.add_argument('--out', type=Path, default=Path('benchmarks/results/pipeline.md'))
     args = parser.parse_args()
     torch.set_num_threads(1)
+    init_default_scope('mmdet')
 
     lines = [
         '# Train pipeline throughput: mmdet_ext vs mmdet',

@@ -5,19 +5,21 @@ import copy
 import numpy as np
 import pytest
 import torch
+from mmdet.datasets.transforms import PackDetInputs
 from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmengine.dataset import pseudo_collate
 from mmengine.model.utils import stack_batch
 from torch.utils.data import DataLoader
 
-from mmdet_ext import FastDetDataPreprocessor, LazyCocoDataset, fast_collate
+from mmdet_ext import (FastDetDataPreprocessor, LazyCocoDataset, LoadLazyAnnotations,
+                       NativeLoadResizeFlip, fast_collate)
 
 CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
 # Odd output sizes so images in a batch differ and padding is visible.
 PIPELINE = [
-    dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
-    dict(type='NativeLoadResizeFlip', scale=(301, 211), keep_ratio=True),
-    dict(type='PackDetInputs'),
+    LoadLazyAnnotations(with_bbox=True, with_mask=True),
+    NativeLoadResizeFlip(scale=(301, 211), keep_ratio=True),
+    PackDetInputs(),
 ]
 PREPROCESSOR = dict(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
                     bgr_to_rgb=True, pad_size_divisor=32, pad_mask=True)

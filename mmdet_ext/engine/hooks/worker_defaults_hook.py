@@ -22,8 +22,10 @@ def usable_cpu_count() -> int:
 def disable_opencv_threads() -> None:
     """Run OpenCV in the calling thread, in the cv2 wheel and in the OpenCV our ops link."""
     from ... import _C
-    cv2.setNumThreads(0)
-    _C.set_opencv_num_threads(0)
+    cv2.setNumThreads(0)  # as mmengine's env_cfg.mp_cfg.opencv_num_threads=0 does
+    # Debian's OpenCV runs on TBB, where 1 thread is serial too and, unlike 0, is what
+    # getNumThreads then reports (with 0 it reports TBB's default concurrency).
+    _C.set_opencv_num_threads(1)
 
 
 def _init_worker(worker_id: int, previous: Optional[Callable]) -> None:
