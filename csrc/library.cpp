@@ -14,6 +14,12 @@ TORCH_LIBRARY(mmdet_ext, m) {
   // 1 horizontal, 2 vertical, 3 diagonal). Equals mmcv.imresize followed by mmcv.imflip.
   m.def("warp_image(Tensor image, int out_height, int out_width, int interpolation, int flip) "
         "-> Tensor");
+  // images Tensor[B, C, H, W] uint8 (padded batch), mean/std Tensor[C] (output channel order),
+  // image_sizes Tensor[B, 2] int64 (each image's height, width before padding). Returns
+  // Tensor[B, C, H, W] float32: channels reversed if asked, (x - mean) / std inside each image,
+  // pad_value outside. Equals mmdet's DetDataPreprocessor on the unpadded images.
+  m.def("normalize_batch(Tensor images, Tensor mean, Tensor std, bool reverse_channels, "
+        "Tensor image_sizes, float pad_value) -> Tensor");
 
   // Instance masks (csrc/masks/), bit-exact with pycocotools. An RLE is COCO's: run lengths of
   // the mask read column by column, zeros first; `counts` Tensor[K] int32 or int64, returned as

@@ -15,6 +15,7 @@ mmdet's padding semantics exactly; mmdet's own ``DetDataPreprocessor`` also acce
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from mmengine.dataset import pseudo_collate
 
@@ -62,9 +63,15 @@ def fast_collate(data_batch: Sequence[dict], pad_size_divisor: int = 32, pad_val
                              f'{first.shape[0]}: one batch needs one dtype and channel count')
     height = _padded_size(max(image.shape[1] for image in images), pad_size_divisor)
     width = _padded_size(max(image.shape[2] for image in images), pad_size_divisor)
-    pin = pin_memory and torch.cuda.is_available() and torch.utils.data.get_worker_info() is None
-    batch = torch.empty((len(images), first.shape[0], height, width), dtype=first.dtype,
-                        pin_memory=pin)
+    shape = (len(images), first.shape[0], height, width)
+    if torch.utils.data.get_worker_info() is not None:
+        # Allocate in shared memory, as default_collate does: otherwise sending the batch to the
+        # main process copies it into shared memory once more.
+        storage = first.untyped_storage()._new_shared(first.element_size() * int(np.prod(shape)))
+        batch = first.new_empty(0).set_(storage).view(shape)
+    else:
+        pin = pin_memory and torch.cuda.is_available()
+        batch = torch.empty(shape, dtype=first.dtype, pin_memory=pin)
     for slot, image in zip(batch, images):
         h, w = image.shape[1:]
         slot[:, :h, :w].copy_(image)

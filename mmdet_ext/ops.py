@@ -90,6 +90,31 @@ def _warp_image_fake(image: torch.Tensor, out_height: int, out_width: int, inter
     return image.new_empty((out_height, out_width, image.shape[2]))
 
 
+def normalize_batch(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
+                    reverse_channels: bool, image_sizes: torch.Tensor,
+                    pad_value: float = 0.0) -> torch.Tensor:
+    """A padded uint8 batch to the detector's float input, in one pass.
+
+    Args:
+        images (Tensor[B, C, H, W] uint8): e.g. ``fast_collate``'s batch.
+        mean, std (Tensor[C]): in the output's channel order.
+        reverse_channels: BGR -> RGB (or back) before normalising.
+        image_sizes (Tensor[B, 2] int64): each image's (height, width) before padding.
+        pad_value: what the padding holds in the output.
+
+    Returns:
+        Tensor[B, C, H, W] float32, equal to mmdet's ``DetDataPreprocessor`` on the images.
+    """
+    return torch.ops.mmdet_ext.normalize_batch(images, mean, std, reverse_channels, image_sizes,
+                                               float(pad_value))
+
+
+@torch.library.register_fake('mmdet_ext::normalize_batch')
+def _normalize_batch_fake(images, mean, std, reverse_channels, image_sizes, pad_value):
+    torch._check(images.dtype == torch.uint8 and images.dim() == 4)
+    return images.new_empty(images.shape, dtype=torch.float32)
+
+
 # ---------------------------------------------------------------------------------------------
 # Instance masks: COCO RLE and polygons, bit-exact with pycocotools (csrc/masks/).
 #

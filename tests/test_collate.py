@@ -12,7 +12,7 @@ from mmengine.model.utils import stack_batch
 from torch.utils.data import DataLoader
 
 from mmdet_ext import (FastDetDataPreprocessor, LazyCocoDataset, LoadLazyAnnotations,
-                       NativeLoadResizeFlip, fast_collate)
+                       NativeLoadResizeFlip, fast_collate, ops)
 
 CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
 # Odd output sizes so images in a batch differ and padding is visible.
@@ -122,3 +122,30 @@ def test_pin_memory_in_the_main_process(toy_coco_root):
     batch = _mixed_size_batch(_dataset(toy_coco_root))
     assert fast_collate(batch, pin_memory=True)['inputs'].is_pinned()
     assert not fast_collate(batch)['inputs'].is_pinned()
+
+
+def test_normalize_batch_op_equals_torch_and_checks_its_inputs():
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (3, 3, 37, 45), dtype=torch.uint8, generator=generator)
+    mean, std = torch.tensor([123.675, 116.28, 103.53]), torch.tensor([58.395, 57.12, 57.375])
+    sizes = torch.tensor([[37, 45], [20, 45], [1, 3]])
+    out = ops.normalize_batch(images, mean, std, True, sizes, pad_value=-3.0)
+    expected = (images[:, [2, 1, 0]].float() - mean.view(1, 3, 1, 1)) / std.view(1, 3, 1, 1)
+    for image, (height, width) in zip(expected, sizes.tolist()):
+        image[:, height:, :] = -3.0
+        image[:, :height, width:] = -3.0
+    assert torch.equal(out, expected)
+    torch.library.opcheck(torch.ops.mmdet_ext.normalize_batch.default,
+                          (images, mean, std, False, sizes, 0.0))
+    with pytest.raises(RuntimeError, match=r'image 1 is 38x45, outside the 37x45 batch'):
+        ops.normalize_batch(images, mean, std, True, torch.tensor([[1, 1], [38, 45], [1, 1]]))
+    with pytest.raises(RuntimeError, match='one value per channel'):
+        ops.normalize_batch(images, mean[:2], std, True, sizes)
+
+
+def test_preprocessor_without_normalisation_or_channel_swap(toy_coco_root):
+    options = dict(pad_size_divisor=32, pad_value=5)
+    dataset = _dataset(toy_coco_root)
+    ours = FastDetDataPreprocessor(**options)(fast_collate(_mixed_size_batch(dataset)))
+    reference = DetDataPreprocessor(**options)(pseudo_collate(_mixed_size_batch(dataset)))
+    assert torch.equal(ours['inputs'], reference['inputs'])

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmdet.models.utils.misc import samplelist_boxtype2tensor
 
+from ..ops import normalize_batch
 from ..registry import MODELS
 
 
@@ -21,7 +22,8 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
     preprocessor the padding would hold ``(pad_value - mean) / std`` instead of mmdet's
     ``pad_value``, and every image's ``pad_shape`` would be the batch's. Here the whole batch is
     converted and normalised in one op, then the padding is reset to ``pad_value`` and each image
-    gets its own ``pad_shape`` -- the same tensors and metainfo the list path produces.
+    gets its own ``pad_shape`` -- the same tensors and metainfo the list path produces. On CPU
+    that is one native pass (``normalize_batch``) instead of mmdet's six per image.
     """
 
     def forward(self, data: dict, training: bool = False) -> dict:
@@ -30,14 +32,11 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
             return super().forward(data, training)
         data = self.cast_data(dict(inputs=data['inputs'], data_samples=data['data_samples']))
         inputs, data_samples = data['inputs'], data['data_samples']
-        if self._channel_conversion:
-            inputs = inputs[:, [2, 1, 0], ...]
-        inputs = inputs.float()
-        if self._enable_normalize:
-            inputs = (inputs - self.mean) / self.std
-        for image, (height, width) in zip(inputs, input_shapes):
-            image[:, height:, :] = self.pad_value
-            image[:, :height, width:] = self.pad_value
+        reverse = self._channel_conversion and inputs.shape[1] == 3
+        if inputs.device.type == 'cpu' and inputs.dtype == torch.uint8:
+            inputs = self._normalize_natively(inputs, reverse, input_shapes)
+        else:
+            inputs = self._normalize_with_torch(inputs, reverse, input_shapes)
         divisor = self.pad_size_divisor
         pad_h = math.ceil(inputs.shape[2] / divisor) * divisor - inputs.shape[2]
         pad_w = math.ceil(inputs.shape[3] / divisor) * divisor - inputs.shape[3]
@@ -46,6 +45,31 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
         pad_shapes = [(math.ceil(h / divisor) * divisor, math.ceil(w / divisor) * divisor)
                       for h, w in input_shapes]
         return self._finish(inputs, data_samples, pad_shapes, training)
+
+    def _normalize_natively(self, inputs: torch.Tensor, reverse: bool,
+                            input_shapes: list) -> torch.Tensor:
+        """One pass over the batch (``mmdet_ext::normalize_batch``)."""
+        channels = inputs.shape[1]
+        if self._enable_normalize:
+            mean, std = self.mean.view(-1).expand(channels), self.std.view(-1).expand(channels)
+        else:
+            mean, std = inputs.new_zeros(channels, dtype=torch.float), \
+                inputs.new_ones(channels, dtype=torch.float)
+        sizes = torch.tensor(input_shapes, dtype=torch.int64).view(-1, 2)
+        return normalize_batch(inputs, mean, std, reverse, sizes, self.pad_value)
+
+    def _normalize_with_torch(self, inputs: torch.Tensor, reverse: bool,
+                              input_shapes: list) -> torch.Tensor:
+        """The same with torch ops (GPU, or a float batch from ``to_float32`` pipelines)."""
+        if reverse:
+            inputs = inputs[:, [2, 1, 0], ...]
+        inputs = inputs.float()
+        if self._enable_normalize:
+            inputs = (inputs - self.mean) / self.std
+        for image, (height, width) in zip(inputs, input_shapes):
+            image[:, height:, :] = self.pad_value
+            image[:, :height, width:] = self.pad_value
+        return inputs
 
     def _finish(self, inputs: torch.Tensor, data_samples, pad_shapes: list,
                 training: bool) -> dict:
