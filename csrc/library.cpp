@@ -11,7 +11,8 @@ TORCH_LIBRARY(mmdet_ext, m) {
   m.def("decode_image(Tensor data, int flags, int scale_denom=1) -> Tensor");
   // image Tensor[H, W, C] uint8 (C <= 4) resized to (out_height, out_width) with cv::resize
   // (interpolation: cv::InterpolationFlags, 0 nearest .. 4 lanczos), then flipped (0 none,
-  // 1 horizontal, 2 vertical, 3 diagonal). Equals mmcv.imresize followed by mmcv.imflip.
+  // 1 horizontal, 2 vertical, 3 diagonal), returned channel-planar: Tensor[C, out_h, out_w].
+  // Equals mmcv.imflip(mmcv.imresize(...)).transpose(2, 0, 1).
   m.def("warp_image(Tensor image, int out_height, int out_width, int interpolation, int flip) "
         "-> Tensor");
   // images Tensor[B, C, H, W] uint8 (padded batch), mean/std Tensor[C] (output channel order),

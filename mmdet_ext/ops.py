@@ -69,8 +69,10 @@ def warp_image(image: torch.Tensor, out_shape: tuple[int, int], interpolation: s
                flip_direction: str | None = None) -> torch.Tensor:
     """Resize ``image`` (Tensor[H, W, C] uint8) to ``out_shape`` = (h, w), then flip it.
 
-    Equals ``mmcv.imflip(mmcv.imresize(img, (w, h), interpolation=...), flip_direction)`` (cv2
-    backend), in one native call with the GIL released. Returns a new Tensor[h, w, C] uint8.
+    Returns a new channel-planar Tensor[C, h, w] uint8 equal to
+    ``mmcv.imflip(mmcv.imresize(img, (w, h), interpolation=...), flip_direction)`` (cv2 backend)
+    transposed to CHW, in one native call with the GIL released. ``result.permute(1, 2, 0)`` is
+    the HWC image, laid out so that packing it for the model copies nothing.
     """
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f'interpolation must be one of {sorted(INTERPOLATIONS)}, '
@@ -87,7 +89,7 @@ def warp_image(image: torch.Tensor, out_shape: tuple[int, int], interpolation: s
 def _warp_image_fake(image: torch.Tensor, out_height: int, out_width: int, interpolation: int,
                      flip: int) -> torch.Tensor:
     torch._check(image.dtype == torch.uint8 and image.dim() == 3)
-    return image.new_empty((out_height, out_width, image.shape[2]))
+    return image.new_empty((image.shape[2], out_height, out_width))
 
 
 def normalize_batch(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,

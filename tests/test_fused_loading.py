@@ -2,12 +2,14 @@
 import copy
 
 import cv2
+import mmcv
 import numpy as np
 import pytest
+import torch
 from mmcv.transforms import LoadImageFromFile
 from mmdet.datasets.transforms import RandomFlip, Resize
 
-from mmdet_ext import ImageLoadError, LazyCocoDataset, NativeLoadResizeFlip
+from mmdet_ext import ImageLoadError, LazyCocoDataset, NativeLoadResizeFlip, ops
 from mmdet_ext.transforms import LoadLazyAnnotations
 
 CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
@@ -108,3 +110,34 @@ def test_mask_size_mismatch_and_bad_files_name_the_file(toy_coco_root, tmp_path)
     with pytest.raises(ImageLoadError, match=f'NativeLoadResizeFlip: cannot load {broken}'):
         NativeLoadResizeFlip(scale=(320, 240), keep_ratio=True)(copy.deepcopy(bad))
     assert NativeLoadResizeFlip(scale=(320, 240), keep_ratio=True, ignore_empty=True)(bad) is None
+
+
+@pytest.mark.parametrize('channels', [1, 3, 4])
+@pytest.mark.parametrize('interpolation', ['nearest', 'bilinear', 'bicubic', 'area', 'lanczos'])
+def test_warp_image_op_equals_mmcv(channels, interpolation):
+    image = np.random.default_rng(channels).integers(0, 256, (37, 53, channels), dtype=np.uint8)
+    tensor = torch.from_numpy(image)
+    for out_shape, direction in [((37, 53), None), ((20, 91), 'horizontal'),
+                                 ((80, 31), 'vertical'), ((37, 53), 'diagonal')]:
+        expected = mmcv.imresize(image, out_shape[::-1], interpolation=interpolation)
+        expected = expected.reshape(*out_shape, channels)
+        if direction is not None:
+            expected = mmcv.imflip(expected, direction)
+        got = ops.warp_image(tensor, out_shape, interpolation, direction).numpy().astype(int)
+        # Bit-exact, except bicubic: Debian's OpenCV 4.6 and the cv2 wheel's 4.11 round a few
+        # bicubic pixels differently (off by one).
+        tolerance = 1 if interpolation == 'bicubic' else 0
+        assert np.abs(got - expected.transpose(2, 0, 1)).max() <= tolerance
+    torch.library.opcheck(torch.ops.mmdet_ext.warp_image.default, (tensor, 20, 30, 1, 1))
+
+
+def test_warp_image_op_refuses_bad_arguments():
+    image = torch.zeros((4, 4, 3), dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match='must be within 1..32768'):
+        torch.ops.mmdet_ext.warp_image(image, 0, 4, 1, 0)
+    with pytest.raises(RuntimeError, match='flip must be 0'):
+        torch.ops.mmdet_ext.warp_image(image, 4, 4, 1, 7)
+    with pytest.raises(RuntimeError, match='expected a CPU uint8 tensor'):
+        torch.ops.mmdet_ext.warp_image(image.float(), 4, 4, 1, 0)
+    with pytest.raises(ValueError, match='interpolation must be one of'):
+        ops.warp_image(image, (4, 4), 'cubic')

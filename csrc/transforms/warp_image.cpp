@@ -1,6 +1,9 @@
-// CPU kernel of mmdet_ext::warp_image: resize then flip an HxWxC uint8 image in one native call,
-// so a pipeline's Resize + RandomFlip cost one intermediate image instead of two Python arrays.
-// The arithmetic is OpenCV's (cv::resize, cv::flip), the same calls mmcv.imresize/imflip make.
+// CPU kernel of mmdet_ext::warp_image: resize then flip an HxWxC uint8 image in one native call and
+// write it channel-planar (CxHxW), the layout the model takes: PackDetInputs' HWC -> CHW copy then
+// finds the pixels already in place and copies nothing. The arithmetic is OpenCV's (cv::resize,
+// cv::flip), the same calls mmcv.imresize/imflip make.
+#include <vector>
+
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 #include <torch/library.h>
@@ -42,22 +45,31 @@ at::Tensor warp_image_cpu(const at::Tensor& image, int64_t out_height, int64_t o
 
   const at::Tensor src_tensor = image.contiguous();
   const cv::Mat src = as_mat(src_tensor);
-  at::Tensor out = at::empty({out_height, out_width, image.size(2)}, image.options());
-  cv::Mat dst = as_mat(out);  // OpenCV writes into the tensor's buffer (same size and type)
+  const int channels = static_cast<int>(image.size(2));
   const cv::Size out_size(static_cast<int>(out_width), static_cast<int>(out_height));
-  const bool resize = out_size != src.size();
-  if (resize && flip != 0) {
-    cv::Mat resized;
-    cv::resize(src, resized, out_size, 0, 0, static_cast<int>(interpolation));
-    cv::flip(resized, dst, kFlipCodes[flip]);
-  } else if (resize) {
-    cv::resize(src, dst, out_size, 0, 0, static_cast<int>(interpolation));
-  } else if (flip != 0) {
-    cv::flip(src, dst, kFlipCodes[flip]);
-  } else {
-    src.copyTo(dst);
+  cv::Mat warped = src;
+  if (out_size != src.size()) {
+    cv::resize(src, warped, out_size, 0, 0, static_cast<int>(interpolation));
   }
-  TORCH_CHECK(dst.data == out.data_ptr<uint8_t>(), "warp_image: OpenCV reallocated the output");
+  if (flip != 0) {
+    cv::Mat flipped;
+    cv::flip(warped, flipped, kFlipCodes[flip]);
+    warped = flipped;
+  }
+  at::Tensor out = at::empty({image.size(2), out_height, out_width}, image.options());
+  std::vector<cv::Mat> planes;
+  for (int c = 0; c < channels; ++c) {  // each plane views the output tensor's memory
+    planes.emplace_back(out_size, CV_8UC1, out[c].data_ptr<uint8_t>());
+  }
+  if (channels == 1) {
+    warped.copyTo(planes[0]);
+  } else {
+    cv::split(warped, planes);
+  }
+  for (int c = 0; c < channels; ++c) {
+    TORCH_CHECK(planes[c].data == out[c].data_ptr<uint8_t>(),
+                "warp_image: OpenCV reallocated output plane ", c);
+  }
   return out;
 }
 

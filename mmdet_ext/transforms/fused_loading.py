@@ -3,6 +3,7 @@ then resize and flip in one native call."""
 from typing import Optional, Union
 
 import mmcv
+import numpy as np
 import torch
 from mmcv.image.geometric import _scale_size
 from mmcv.transforms import BaseTransform
@@ -12,7 +13,7 @@ from mmdet.structures.bbox import autocast_box_type
 from ..io import DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError
 from ..ops import warp_image
 from ..registry import TRANSFORMS
-from .loading import ImageLoadError, as_mmcv_image, decode_file_bytes, read_image_bytes
+from .loading import ImageLoadError, decode_file_bytes, read_image_bytes
 
 # libjpeg decodes at 1/2, 1/4 and 1/8 of the size almost for free (it skips DCT coefficients).
 JPEG_SCALE_DENOMS = (8, 4, 2)
@@ -35,8 +36,9 @@ class NativeLoadResizeFlip(BaseTransform):
     mmdet's own code, so place it *after* ``LoadLazyAnnotations``. ``prob=None`` means no flip
     (a test pipeline). The flip direction is drawn exactly as ``RandomFlip`` draws it.
 
-    Why faster: the image is decoded once in C++ and resized and flipped in one more native
-    call. With ``reduced_decode`` (default on), a JPEG larger than twice the target is decoded by
+    Why faster: the image is decoded once in C++ and resized, flipped and laid out channel-planar
+    in one more native call (``img`` is an HxWxC view of CxHxW memory, so ``PackDetInputs`` does
+    not copy it). With ``reduced_decode`` (default on), a JPEG larger than twice the target is decoded by
     libjpeg at 1/2, 1/4 or 1/8 size -- never smaller than the target -- and resized from there;
     the result differs from a full-size decode + ``cv2.resize`` only by the low-pass libjpeg's
     scaled IDCT applies (see ``benchmarks/results/pipeline.md`` for the measured difference).
@@ -98,8 +100,12 @@ class NativeLoadResizeFlip(BaseTransform):
                 f'{masks.width}x{masks.height} (the annotation file declares another image size; '
                 'tools/validate_coco.py lists such images)')
         direction = self.flip._choose_direction() if self.flip is not None else None
-        img = as_mmcv_image(warp_image(image, (out_h, out_w), self.resize.interpolation,
-                                       direction), self.to_float32)
+        planar = warp_image(image, (out_h, out_w), self.resize.interpolation, direction).numpy()
+        # An HWC view of channel-planar pixels: mmdet's transforms see the usual HxWxC array, and
+        # PackDetInputs' transpose back to CHW is already contiguous, so it copies nothing.
+        img = planar[0] if planar.shape[0] == 1 else planar.transpose(1, 2, 0)
+        if self.to_float32:
+            img = img.astype(np.float32)
         results['img'] = img
         results['ori_shape'] = (height, width)
         results['img_shape'] = (out_h, out_w)
