@@ -38,10 +38,10 @@ class NativeLoadResizeFlip(BaseTransform):
 
     Why faster: the image is decoded once in C++ and resized, flipped and laid out channel-planar
     in one more native call (``img`` is an HxWxC view of CxHxW memory, so ``PackDetInputs`` does
-    not copy it). With ``reduced_decode`` (default on), a JPEG larger than twice the target is decoded by
-    libjpeg at 1/2, 1/4 or 1/8 size -- never smaller than the target -- and resized from there;
-    the result differs from a full-size decode + ``cv2.resize`` only by the low-pass libjpeg's
-    scaled IDCT applies (see ``benchmarks/results/pipeline.md`` for the measured difference).
+    not copy it). With ``reduced_decode`` (default on), a JPEG larger than twice the target is
+    decoded by libjpeg at 1/2, 1/4 or 1/8 size -- never smaller than the target -- and resized
+    from there; the result differs from a full-size decode + ``cv2.resize`` only by the low-pass
+    libjpeg's scaled IDCT applies (``benchmarks/results/pipeline.md`` has the measured difference).
     Only 8-bit images (``to_float32`` converts at the end) and the cv2 backend are supported.
     """
 

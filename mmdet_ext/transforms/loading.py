@@ -6,7 +6,8 @@ import torch
 from mmcv.transforms import LoadImageFromFile
 from mmengine import fileio
 
-from ..io import DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError, is_jpeg_or_png, read_image_header
+from ..io import (DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError, is_jpeg_or_png,
+                  read_image_header)
 from ..ops import decode_image
 from ..registry import TRANSFORMS
 
