@@ -26,8 +26,11 @@ def test_toy_config_imports_the_plugin_the_way_a_user_config_does():
     cfg = Config.fromfile(str(TOY_CONFIG))
     assert cfg.custom_imports == dict(imports=['mmdet_ext'], allow_failed_imports=False)
     assert cfg.model.backbone.depth == 18 and cfg.model.backbone.init_cfg is None
-    assert cfg.train_dataloader.dataset.pipeline[0].type == 'NativeLoadImageFromFile'
-    assert {'CpuCheckpointLoadHook'} <= {hook.type for hook in cfg.custom_hooks}
+    assert [t.type for t in cfg.train_dataloader.dataset.pipeline] == [
+        'LoadLazyAnnotations', 'NativeLoadResizeFlip', 'PackDetInputs']
+    assert cfg.train_dataloader.collate_fn.type == 'fast_collate'
+    assert cfg.model.data_preprocessor.type == 'FastDetDataPreprocessor'
+    assert {'CpuCheckpointLoadHook', 'WorkerDefaultsHook'} <= {h.type for h in cfg.custom_hooks}
     assert cfg.val_evaluator.metric == ['bbox', 'segm']
 
 
