@@ -141,3 +141,25 @@ def test_warp_image_op_refuses_bad_arguments():
         torch.ops.mmdet_ext.warp_image(image.float(), 4, 4, 1, 0)
     with pytest.raises(ValueError, match='interpolation must be one of'):
         ops.warp_image(image, (4, 4), 'cubic')
+
+
+def test_exif_rotated_jpeg_is_sized_like_mmdet(tmp_path):
+    """Width and height swap under EXIF orientation 6: the target comes from the decoded image,
+    as mmdet's Resize takes it from LoadImageFromFile's output, reduced decode or not."""
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    pixels = cv2.resize(rng.integers(0, 256, (60, 100, 3), dtype=np.uint8), (1000, 600))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise on display
+    path = tmp_path / 'rotated.jpg'
+    Image.fromarray(pixels[:, :, ::-1]).save(path, 'JPEG', quality=95, exif=exif)
+    resize = dict(scale=(200, 150), keep_ratio=True)
+    reference = Resize(**resize)(LoadImageFromFile()(dict(img_path=str(path))))
+    assert reference['ori_shape'] == (1000, 600)
+    for reduced in (False, True):
+        ours = NativeLoadResizeFlip(**resize, reduced_decode=reduced)(dict(img_path=str(path)))
+        for key in ('ori_shape', 'img_shape', 'scale_factor'):
+            assert ours[key] == reference[key], (reduced, key)
+    np.testing.assert_array_equal(
+        NativeLoadResizeFlip(**resize, reduced_decode=False)(dict(img_path=str(path)))['img'],
+        reference['img'])
