@@ -14,6 +14,7 @@ exactly the file's bytes at the section's offset. Run against the build of
 the C++ edges, and ASan/UBSan abort on memory errors); against a normal build only this Python is,
 which makes it mutation fuzzing of the native ops. Findings are recorded in ``docs/fuzzing.md``.
 """
+import atexit
 import builtins
 import os
 import struct
@@ -174,6 +175,7 @@ def main() -> None:
     if target is annotation_store:  # imports mmdet; only for this target
         with atheris.instrument_imports(include=['mmdet_ext.datasets.annotation_store']):
             import mmdet_ext.datasets.annotation_store  # noqa: F401
+        atexit.register(lambda: os.path.exists(STORE_FILE) and os.remove(STORE_FILE))
 
     # FUZZ_KNOWN=UnicodeDecodeError,TypeError: treat these (already reported) findings as refusals,
     # to look for others before they are fixed.
