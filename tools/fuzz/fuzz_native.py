@@ -14,7 +14,6 @@ exactly the file's bytes at the section's offset. Run against the build of
 the C++ edges, and ASan/UBSan abort on memory errors); against a normal build only this Python is,
 which makes it mutation fuzzing of the native ops. Findings are recorded in ``docs/fuzzing.md``.
 """
-import atexit
 import builtins
 import os
 import struct
@@ -148,6 +147,8 @@ def annotation_store(data: bytes) -> None:
         store = AnnotationStore(STORE_FILE, verify=len(data) % 2 == 0)
     except StoreError:
         return
+    finally:
+        os.remove(STORE_FILE)  # the mapping stays valid; nothing is left in /dev/shm
     num_sections = struct.unpack_from('<I', data, 12)[0]
     for i in range(num_sections):  # oracle: each section is the file's bytes at its offset
         name, offset, nbytes = struct.unpack_from('<32s24xQQ', data, STORE_HEADER + 72 * i)
@@ -175,7 +176,6 @@ def main() -> None:
     if target is annotation_store:  # imports mmdet; only for this target
         with atheris.instrument_imports(include=['mmdet_ext.datasets.annotation_store']):
             import mmdet_ext.datasets.annotation_store  # noqa: F401
-        atexit.register(lambda: os.path.exists(STORE_FILE) and os.remove(STORE_FILE))
 
     # FUZZ_KNOWN=UnicodeDecodeError,TypeError: treat these (already reported) findings as refusals,
     # to look for others before they are fixed.
