@@ -5,6 +5,7 @@ import os
 import pickle
 import shutil
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,10 +14,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, Dataset
 
+from mmdet_ext import _C
 from mmdet_ext.datasets import AnnotationStore, StoreError, open_store
 from mmdet_ext.datasets.annotation_store import write_store
 
 KEY = bytes(range(32))
+REGRESSIONS = Path(__file__).parent / 'regressions'
 HEADER_VERSION_OFFSET = 8  # magic[8], then uint32 version
 
 
@@ -79,6 +82,36 @@ def test_damaged_store_is_detected_and_named(store_file, damage, message):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(StoreError, match='cannot open'):
         AnnotationStore(str(tmp_path / 'nope.mdxstore'))
+
+
+# Store files with a valid header and checksums but a corrupt section table (tools/fuzz/
+# fuzz_native.py annotation_store on the coverage-instrumented build; docs/fuzzing.md). Each is the
+# writer's output for five small sections with one table field changed. Before the fix the first
+# three escaped as UnicodeDecodeError / TypeError instead of StoreError (so open_store did not
+# rebuild), and the last two gave numpy views far past the end of the mapping.
+@pytest.mark.parametrize('name, message', [
+    ('store_section_name_not_utf8', 'not UTF-8'),
+    ('store_section_dtype_quint4x2', 'unsupported dtype 16'),
+    ('store_duplicate_section_name', "two sections named 'pairs'"),
+    ('store_1d_section_past_the_end', "section 'empty' lies outside the file"),
+    ('store_section_size_overflows', "section 'pairs' lies outside the file"),
+])
+def test_corrupt_section_table_is_a_store_error(tmp_path, name, message):
+    path = tmp_path / f'{name}.mdxstore'
+    shutil.copy(REGRESSIONS / f'{name}.mdxstore', path)
+    for verify in (True, False):
+        with pytest.raises(StoreError, match=message):
+            AnnotationStore(str(path), verify=verify)
+
+
+@pytest.mark.parametrize('sections, message', [
+    ([('x', torch.zeros(3, dtype=torch.bool))], 'has dtype Bool'),
+    ([('x', torch.zeros(3, dtype=torch.bfloat16))], 'has dtype BFloat16'),
+    ([('x', torch.zeros(3)), ('x', torch.ones(2))], "two sections named 'x'"),
+])
+def test_writer_refuses_what_the_reader_refuses(tmp_path, sections, message):
+    with pytest.raises(StoreError, match=message):
+        _C.write_store(str(tmp_path / 'a.mdxstore'), sections, KEY)
 
 
 def test_pickles_as_its_path_not_its_data(store_file):

@@ -15,6 +15,8 @@ from mmdet_ext.ops import IMREAD_FLAGS, SCALE_DENOMS, decode_image
 # A JPEG whose scan has one flipped bit (EOI intact): libjpeg warns "Corrupt JPEG data: 13
 # extraneous bytes before marker 0xd9" and cv2.imdecode returns wrong pixels (docs/fuzzing.md).
 CORRUPT_SCAN_JPEG = Path(__file__).parent / 'regressions' / 'decode_image_corrupt_scan.jpg'
+INCOMPLETE_PROGRESSIVE_JPEG = (Path(__file__).parent / 'regressions'
+                               / 'decode_image_incomplete_progressive.jpg')
 
 # cv2.IMREAD_REDUCED_GRAYSCALE_N; | IMREAD_COLOR gives IMREAD_REDUCED_COLOR_N
 REDUCED_FLAG = {1: 0, 2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
@@ -278,6 +280,52 @@ def test_fuzz_finding_corrupt_scan_regression():
     with pytest.raises(RuntimeError, match='corrupt JPEG data in the 667-byte buffer .*13 '
                                            'extraneous bytes before marker 0xd9'):
         decode_image(data)
+
+
+def _scan_starts(raw: bytes) -> list[int]:
+    """Offsets of the SOS markers of a JPEG written by cv2/Pillow (no 0xFFDA inside scans)."""
+    return [i for i in range(len(raw) - 1) if raw[i] == 0xFF and raw[i + 1] == 0xDA]
+
+
+@pytest.mark.parametrize('channels', [3, 1])
+def test_progressive_jpeg_cut_at_a_scan_boundary_is_an_error(channels):
+    # libjpeg gives no warning for a progressive JPEG whose scans stop early (EOI after any scan)
+    # and estimates the missing coefficients, differently in libjpeg-turbo 2.1.5 and in the cv2
+    # wheel's 3.0.3: the pixels were up to 6 levels off cv2's (fuzzing found it, docs/fuzzing.md).
+    raw = bytes(_encode(_random_image(41, 24, 32, channels), '.jpg',
+                        JPEG_VARIANTS['progressive']).numpy())
+    scans = _scan_starts(raw)
+    assert len(scans) > 2
+    _assert_matches_cv2(_tensor(raw), channels)  # all scans: fine
+    for cut in scans[1:]:
+        data = _tensor(raw[:cut] + b'\xff\xd9')
+        assert _imdecode(data, cv2.IMREAD_COLOR) is not None  # OpenCV decodes it
+        for color_type in IMREAD_FLAGS:
+            for scale_denom in (1, 8):
+                with pytest.raises(RuntimeError, match='incomplete progressive JPEG'):
+                    decode_image(data, color_type, scale_denom)
+
+
+def test_fuzz_finding_incomplete_progressive_regression():
+    # decode_image_vs_cv2 on the coverage-instrumented build: a mutated progressive JPEG with an
+    # EOI after its third scan decoded up to 5 levels off cv2.imdecode in colour
+    data = _tensor(INCOMPLETE_PROGRESSIVE_JPEG.read_bytes())
+    assert _imdecode(data, cv2.IMREAD_COLOR).shape == (24, 32, 3)
+    message = ('incomplete progressive JPEG in the 711-byte buffer: the scans end before '
+               'coefficient 0 of component 0 is refined')
+    with pytest.raises(RuntimeError, match=message):
+        decode_image(data)
+
+
+def test_incomplete_progressive_cmyk_jpeg_is_an_error_too():
+    buffer = io.BytesIO()
+    Image.fromarray(_random_image(43, 32, 40, 3)).convert('CMYK').save(buffer, 'JPEG',
+                                                                       progressive=True)
+    raw = buffer.getvalue()
+    data = _tensor(raw[:_scan_starts(raw)[1]] + b'\xff\xd9')
+    with pytest.raises(RuntimeError, match='incomplete progressive JPEG'):
+        decode_image(data, 'color', 1)
+    decode_image(_tensor(raw), 'color', 1)  # complete: decodes
 
 
 def test_corrupt_cmyk_jpeg_is_an_error_too():

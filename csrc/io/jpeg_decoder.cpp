@@ -100,6 +100,26 @@ int first_app1_orientation(const jpeg_decompress_struct& cinfo) {
   return 1;
 }
 
+// A progressive JPEG whose scans stop before every DCT coefficient of every component is coded
+// to its last bit -- a file cut at a scan boundary with an EOI after it, or a damaged scan
+// header -- gets no libjpeg warning: libjpeg estimates the missing coefficients ("block
+// smoothing"), and libjpeg-turbo versions estimate differently (Debian's 2.1.5 against the
+// opencv-python wheel's 3.0.3: up to 6 levels apart), so the pixels would be neither the image
+// nor cv2's. Call after jpeg_start_decompress, which reads every scan of a progressive JPEG.
+void check_progression_complete(const jpeg_decompress_struct& cinfo, int64_t size) {
+  if (!cinfo.progressive_mode || cinfo.coef_bits == nullptr) return;
+  for (int component = 0; component < cinfo.num_components; ++component) {
+    for (int k = 0; k < DCTSIZE2; ++k) {
+      // -1: no scan coded this coefficient; otherwise the point transform Al of its last scan
+      const int bits = cinfo.coef_bits[component][k];
+      TORCH_CHECK(bits == 0, "decode_image: incomplete progressive JPEG in the ", size,
+                  "-byte buffer: the scans end before coefficient ", k, " of component ",
+                  component, (bits < 0 ? " is coded" : " is refined to its last bit"),
+                  " (a file cut short at a scan boundary?)");
+    }
+  }
+}
+
 // Entropy-decodes every scan, at 1/8 size to spend little on the IDCT, so that corrupt data is
 // an error even when the pixels come from cv::imdecode (4-component JPEGs).
 void check_scans(JpegSession& session, int64_t size) {
@@ -107,8 +127,11 @@ void check_scans(JpegSession& session, int64_t size) {
   cinfo.out_color_space = JCS_CMYK;
   cinfo.scale_num = 1;
   cinfo.scale_denom = 8;
+  if (!session.run([](j_decompress_ptr cinfo) { jpeg_start_decompress(cinfo); })) {
+    session.fail(size);
+  }
+  check_progression_complete(cinfo, size);
   const bool ok = session.run([](j_decompress_ptr cinfo) {
-    jpeg_start_decompress(cinfo);
     JSAMPARRAY row = (*cinfo->mem->alloc_sarray)(
         reinterpret_cast<j_common_ptr>(cinfo), JPOOL_IMAGE,
         cinfo->output_width * cinfo->output_components, 1);
@@ -169,8 +192,11 @@ std::optional<DecodedJpeg> decode_jpeg(const uint8_t* data, int64_t size, JpegOu
   cv::Mat image(height, width, color ? CV_8UC3 : CV_8UC1);
   uint8_t* const pixels = image.data;
   const size_t stride = image.step[0];
+  if (!session.run([](j_decompress_ptr cinfo) { jpeg_start_decompress(cinfo); })) {
+    session.fail(size);
+  }
+  check_progression_complete(cinfo, size);
   const bool ok = session.run([pixels, stride](j_decompress_ptr cinfo) {
-    jpeg_start_decompress(cinfo);
     while (cinfo->output_scanline < cinfo->output_height) {
       JSAMPROW row = pixels + stride * cinfo->output_scanline;
       if (jpeg_read_scanlines(cinfo, &row, 1) != 1) return;  // cannot happen with jpeg_mem_src

@@ -60,6 +60,46 @@ uint64_t header_checksum(Header header) {
   return checksum64(reinterpret_cast<const uint8_t*>(&header), sizeof(Header));
 }
 
+// The element types a section may have: those numpy represents (AnnotationStore exposes sections
+// as numpy arrays), minus bool, whose bytes other than 0 and 1 are not valid values.
+bool section_dtype_supported(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
+    case at::kHalf: case at::kFloat: case at::kDouble:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), as Python decodes it:
+// section names become Python str.
+bool valid_utf8(const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = s[i];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) { ++i; continue; }
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
+    else return false;
+    if (i + len > n) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10FFFF))) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
 std::string directory_of(const std::string& path) {
   const auto slash = path.find_last_of('/');
   return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
@@ -93,6 +133,14 @@ void write_store(const std::string& path,
     if (name.empty() || name.size() >= kMaxSectionName) fail(path, "bad section name '" + name + "'");
     if (!tensor.device().is_cpu() || (tensor.dim() != 1 && tensor.dim() != 2)) {
       fail(path, "section '" + name + "' must be a 1-D or 2-D CPU tensor");
+    }
+    if (!section_dtype_supported(tensor.scalar_type())) {
+      fail(path, "section '" + name + "' has dtype " + std::string(c10::toString(tensor.scalar_type())) +
+                     "; a store holds uint8, int8, int16, int32, int64, float16, float32 or float64");
+    }
+    if (!valid_utf8(name)) fail(path, "section name is not UTF-8");
+    for (size_t j = 0; j < i; ++j) {
+      if (sections[j].first == name) fail(path, "two sections named '" + name + "'");
     }
     arrays.push_back(tensor.contiguous());
     SectionEntry& entry = table[i];
@@ -202,21 +250,36 @@ std::vector<std::pair<std::string, at::Tensor>> MappedStore::sections() const {
   Header header;
   std::memcpy(&header, mapping_->bytes(), sizeof(Header));
   std::vector<std::pair<std::string, at::Tensor>> result;
+  // Section data starts after the header and the table (the writer aligns it up to kAlignment).
+  const uint64_t table_end = sizeof(Header) + sizeof(SectionEntry) * uint64_t{header.num_sections};
   for (uint32_t i = 0; i < header.num_sections; ++i) {
     SectionEntry entry;
     std::memcpy(&entry, mapping_->bytes() + sizeof(Header) + i * sizeof(SectionEntry),
                 sizeof(SectionEntry));
     const std::string name(entry.name, strnlen(entry.name, kMaxSectionName));
     if (name.empty() || name.size() == kMaxSectionName) fail(path_, "corrupt section name");
+    // Names become Python str: bytes that are not UTF-8 would raise UnicodeDecodeError there.
+    if (!valid_utf8(name)) fail(path_, "corrupt section name (not UTF-8)");
+    for (const auto& [other, tensor] : result) {
+      (void)tensor;
+      if (other == name) fail(path_, "corrupt section table (two sections named '" + name + "')");
+    }
     if (entry.ndim != 1 && entry.ndim != 2) fail(path_, "section '" + name + "' has bad rank");
-    if (entry.dtype < 0 || entry.dtype >= static_cast<int32_t>(at::ScalarType::NumOptions)) {
-      fail(path_, "section '" + name + "' has an unknown dtype");
+    if (entry.dtype < 0 || entry.dtype >= static_cast<int32_t>(at::ScalarType::NumOptions) ||
+        !section_dtype_supported(static_cast<at::ScalarType>(entry.dtype))) {
+      fail(path_, "section '" + name + "' has an unknown or unsupported dtype " +
+                      std::to_string(entry.dtype));
     }
     const auto dtype = static_cast<at::ScalarType>(entry.dtype);
-    const uint64_t numel = static_cast<uint64_t>(entry.shape[0]) * static_cast<uint64_t>(entry.shape[1]);
-    if (entry.shape[0] < 0 || entry.shape[1] < 0 || entry.offset % kAlignment != 0 ||
-        entry.nbytes != numel * c10::elementSize(dtype) || entry.offset > mapping_->size() ||
-        entry.nbytes > mapping_->size() - entry.offset) {
+    // A 1-D section's shape[1] is 1: the size check below must cover every element of the view.
+    // Checked products: a shape whose byte size wraps around 2^64 must not pass as small.
+    uint64_t numel = 0, nbytes = 0;
+    if (entry.shape[0] < 0 || entry.shape[1] < 0 || (entry.ndim == 1 && entry.shape[1] != 1) ||
+        __builtin_mul_overflow(static_cast<uint64_t>(entry.shape[0]),
+                               static_cast<uint64_t>(entry.shape[1]), &numel) ||
+        __builtin_mul_overflow(numel, static_cast<uint64_t>(c10::elementSize(dtype)), &nbytes) ||
+        entry.offset % kAlignment != 0 || entry.nbytes != nbytes || entry.offset < table_end ||
+        entry.offset > mapping_->size() || entry.nbytes > mapping_->size() - entry.offset) {
       fail(path_, "section '" + name + "' lies outside the file or disagrees with its shape");
     }
     std::vector<int64_t> shape = {entry.shape[0]};

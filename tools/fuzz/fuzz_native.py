@@ -3,14 +3,20 @@
     python3 tools/fuzz/fuzz_native.py TARGET [atheris/libFuzzer flags, e.g. -max_total_time=60]
 
 TARGET is one of: rle_from_string, rle_decode, rle_from_polygons, decode_image,
-decode_image_vs_cv2, image_header. A finding is anything other than the documented error: a crash
-(segfault, abort), a hang, or an exception that is not a ``RuntimeError`` from a ``TORCH_CHECK``
-(``ImageHeaderError`` for the header reader). ``decode_image_vs_cv2`` adds an oracle: whenever
+decode_image_vs_cv2, image_header, annotation_store. A finding is anything other than the
+documented error: a crash (segfault, abort), a hang, or an exception that is not a
+``RuntimeError`` from a ``TORCH_CHECK`` (``ImageHeaderError`` for the header reader, ``StoreError``
+-- a ``RuntimeError`` -- for the store reader). ``decode_image_vs_cv2`` adds an oracle: whenever
 ``decode_image`` returns an image for a JPEG, it must be the one ``cv2.imdecode`` returns (an
-``AssertionError`` otherwise). Native code is not coverage-instrumented here (only Python is), so
-this is mutation fuzzing of the native ops; build with ``tools/fuzz/build_sanitized.sh`` so memory
-errors abort instead of passing silently. Findings are recorded in ``docs/fuzzing.md``.
+``AssertionError`` otherwise); ``annotation_store`` checks that every section it returns holds
+exactly the file's bytes at the section's offset. Run against the build of
+``tools/fuzz/build_fuzz_coverage.sh`` the native code is coverage-instrumented too (libFuzzer sees
+the C++ edges, and ASan/UBSan abort on memory errors); against a normal build only this Python is,
+which makes it mutation fuzzing of the native ops. Findings are recorded in ``docs/fuzzing.md``.
 """
+import builtins
+import os
+import struct
 import sys
 from pathlib import Path
 
@@ -93,6 +99,65 @@ def decode_image_vs_cv2(data: bytes) -> None:
         f'not bit-exact with cv2 ({color_type}, {scale_denom})'
 
 
+# The annotation store reader (csrc/store/mapped_store.cpp, through AnnotationStore) reads a file.
+# The input is the file's bytes, with the header's file_size, payload checksum and header checksum
+# recomputed so mutations get past them into the section table (a wrong checksum is a one-line
+# refusal, tested in tests/test_annotation_store.py); inputs shorter than the header go as they are.
+STORE_HEADER = 72  # sizeof(store::Header): magic, version, num_sections, file_size, payload ...
+STORE_FILE = f'/dev/shm/mmdet_ext_fuzz_{os.getpid()}.mdxstore'
+_M64 = 2**64 - 1
+_P1, _P2 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _M64
+
+
+def checksum64(data: bytes) -> int:
+    """store::checksum64 (csrc/store/checksum.cpp) in Python."""
+    lanes = [(_P1 + _P2) & _M64, _P2, 0, (-_P1) & _M64]
+    blocks = len(data) // 32
+    for i, word in enumerate(struct.unpack_from(f'<{blocks * 4}Q', data)):
+        lanes[i % 4] = (_rotl((lanes[i % 4] + word * _P2) & _M64, 31) * _P1) & _M64
+    h = (_rotl(lanes[0], 1) + _rotl(lanes[1], 7) + _rotl(lanes[2], 12) + _rotl(lanes[3], 18)) & _M64
+    h ^= (len(data) * _P1) & _M64
+    for byte in data[blocks * 32:]:
+        h = (_rotl(h ^ ((byte * _P1) & _M64), 11) * _P2) & _M64
+    h ^= h >> 33
+    h = (h * _P2) & _M64
+    return h ^ (h >> 29)
+
+
+def fix_store_checksums(data: bytes) -> bytes:
+    if len(data) < STORE_HEADER:
+        return data
+    fixed = bytearray(data)
+    struct.pack_into('<QQ', fixed, 16, len(fixed), checksum64(bytes(fixed[STORE_HEADER:])))
+    struct.pack_into('<Q', fixed, 64, 0)
+    struct.pack_into('<Q', fixed, 64, checksum64(bytes(fixed[:STORE_HEADER])))
+    return bytes(fixed)
+
+
+def annotation_store(data: bytes) -> None:
+    from mmdet_ext.datasets.annotation_store import AnnotationStore, StoreError
+    data = fix_store_checksums(data)
+    with open(STORE_FILE, 'wb') as f:
+        f.write(data)
+    try:
+        store = AnnotationStore(STORE_FILE, verify=len(data) % 2 == 0)
+    except StoreError:
+        return
+    finally:
+        os.remove(STORE_FILE)  # the mapping stays valid; nothing is left in /dev/shm
+    num_sections = struct.unpack_from('<I', data, 12)[0]
+    for i in range(num_sections):  # oracle: each section is the file's bytes at its offset
+        name, offset, nbytes = struct.unpack_from('<32s24xQQ', data, STORE_HEADER + 72 * i)
+        name = name.split(b'\0')[0].decode()  # names that are not UTF-8 must be refused
+        array = store.arrays[name]
+        assert array.nbytes == nbytes and array.tobytes() == data[offset:offset + nbytes], \
+            f'section {name!r}: {array.shape} {array.dtype} is not the bytes [{offset}, +{nbytes})'
+
+
 def image_header(data: bytes) -> None:
     try:
         read_image_header(data, max_pixels=MAX_SIDE * MAX_SIDE)
@@ -101,18 +166,27 @@ def image_header(data: bytes) -> None:
 
 
 TARGETS = {f.__name__: f for f in (rle_from_string, rle_decode, rle_from_polygons, decode_image,
-                                   decode_image_vs_cv2, image_header)}
+                                   decode_image_vs_cv2, image_header, annotation_store)}
 
 
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in TARGETS:
         sys.exit(f'usage: {sys.argv[0]} {{{",".join(TARGETS)}}} [libFuzzer flags]')
     target = TARGETS[sys.argv[1]]
+    if target is annotation_store:  # imports mmdet; only for this target
+        with atheris.instrument_imports(include=['mmdet_ext.datasets.annotation_store']):
+            import mmdet_ext.datasets.annotation_store  # noqa: F401
+
+    # FUZZ_KNOWN=UnicodeDecodeError,TypeError: treat these (already reported) findings as refusals,
+    # to look for others before they are fixed.
+    known = tuple(exc for exc in (RuntimeError, *(getattr(builtins, name, None) for name in
+                                                  os.environ.get('FUZZ_KNOWN', '').split(',')
+                                                  if name)) if exc is not None)
 
     def one_input(data: bytes) -> None:
         try:
             target(data)
-        except RuntimeError:  # TORCH_CHECK: the documented refusal of malformed input
+        except known:  # RuntimeError (TORCH_CHECK): the documented refusal of malformed input
             pass
     atheris.Setup([sys.argv[0], *sys.argv[2:]], one_input)
     atheris.Fuzz()
