@@ -22,7 +22,8 @@ from mmengine.dataset import pseudo_collate
 from .registry import FUNCTIONS
 
 
-def _padded_size(size: int, divisor: int) -> int:
+def padded_size(size: int, divisor: int) -> int:
+    """``size`` rounded up to a multiple of ``divisor`` (mmdet's pad_size_divisor rule)."""
     return -(-size // divisor) * divisor
 
 
@@ -61,8 +62,8 @@ def fast_collate(data_batch: Sequence[dict], pad_size_divisor: int = 32, pad_val
             raise ValueError(f'fast_collate: sample {index} is {image.dtype} with '
                              f'{image.shape[0]} channels, sample 0 is {first.dtype} with '
                              f'{first.shape[0]}: one batch needs one dtype and channel count')
-    height = _padded_size(max(image.shape[1] for image in images), pad_size_divisor)
-    width = _padded_size(max(image.shape[2] for image in images), pad_size_divisor)
+    height = padded_size(max(image.shape[1] for image in images), pad_size_divisor)
+    width = padded_size(max(image.shape[2] for image in images), pad_size_divisor)
     shape = (len(images), first.shape[0], height, width)
     if torch.utils.data.get_worker_info() is not None:
         # Allocate in shared memory, as default_collate does: otherwise sending the batch to the

@@ -1,5 +1,4 @@
 """``FastDetDataPreprocessor``: mmdet's ``DetDataPreprocessor`` for ``fast_collate`` batches."""
-import math
 from typing import Optional
 
 import torch
@@ -7,6 +6,7 @@ import torch.nn.functional as F
 from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmdet.models.utils.misc import samplelist_boxtype2tensor
 
+from ..collate import padded_size
 from ..ops import normalize_batch
 from ..registry import MODELS
 
@@ -38,12 +38,11 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
         else:
             inputs = self._normalize_with_torch(inputs, reverse, input_shapes)
         divisor = self.pad_size_divisor
-        pad_h = math.ceil(inputs.shape[2] / divisor) * divisor - inputs.shape[2]
-        pad_w = math.ceil(inputs.shape[3] / divisor) * divisor - inputs.shape[3]
+        pad_h = padded_size(inputs.shape[2], divisor) - inputs.shape[2]
+        pad_w = padded_size(inputs.shape[3], divisor) - inputs.shape[3]
         if pad_h or pad_w:
             inputs = F.pad(inputs, (0, pad_w, 0, pad_h), 'constant', self.pad_value)
-        pad_shapes = [(math.ceil(h / divisor) * divisor, math.ceil(w / divisor) * divisor)
-                      for h, w in input_shapes]
+        pad_shapes = [(padded_size(h, divisor), padded_size(w, divisor)) for h, w in input_shapes]
         return self._finish(inputs, data_samples, pad_shapes, training)
 
     def _normalize_natively(self, inputs: torch.Tensor, reverse: bool,

@@ -10,7 +10,7 @@ from mmcv.transforms import BaseTransform
 from mmdet.datasets.transforms import RandomFlip, Resize
 from mmdet.structures.bbox import autocast_box_type
 
-from ..io import DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError
+from ..io import DEFAULT_MAX_PIXELS, ImageHeader
 from ..ops import warp_image
 from ..registry import TRANSFORMS
 from .loading import ImageLoadError, decode_file_bytes, read_image_bytes
@@ -130,10 +130,7 @@ class NativeLoadResizeFlip(BaseTransform):
         implies -- EXIF orientation swapped width and height -- decode again at full size and
         take the target from what was decoded, so the result is always mmdet's.
         """
-        try:
-            encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
-        except (OSError, ImageHeaderError) as err:
-            raise ImageLoadError(f'cannot load {filename}: {err}') from err
+        encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
         if header is not None:
             scale, (out_w, out_h) = self._target_size(header.width, header.height)
             denom = self._scale_denom(header, out_w, out_h)

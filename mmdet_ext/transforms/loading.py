@@ -21,10 +21,14 @@ def read_image_bytes(filename: str, backend_args: Optional[dict],
     """The file's bytes as Tensor[N] uint8, and its header when it is a JPEG or PNG.
 
     A JPEG/PNG whose header declares more than ``max_pixels`` pixels is refused here, before
-    anything is decoded or allocated (decompression bombs).
+    anything is decoded or allocated (decompression bombs). Errors are ``ImageLoadError``s that
+    name the file.
     """
-    img_bytes = fileio.get(filename, backend_args=backend_args)
-    header = read_image_header(img_bytes, max_pixels) if is_jpeg_or_png(img_bytes) else None
+    try:
+        img_bytes = fileio.get(filename, backend_args=backend_args)
+        header = read_image_header(img_bytes, max_pixels) if is_jpeg_or_png(img_bytes) else None
+    except (OSError, ImageHeaderError) as err:
+        raise ImageLoadError(f'cannot load {filename}: {err}') from err
     encoded = torch.frombuffer(bytearray(img_bytes), dtype=torch.uint8) if img_bytes \
         else torch.empty(0, dtype=torch.uint8)
     return encoded, header
@@ -45,10 +49,7 @@ def decode_file_bytes(encoded: torch.Tensor, filename: str, color_type: str,
 def load_image(filename: str, color_type: str, backend_args: Optional[dict],
                max_pixels: int) -> torch.Tensor:
     """Read and decode ``filename`` to Tensor[H, W, C] uint8; errors name the file."""
-    try:
-        encoded, _ = read_image_bytes(filename, backend_args, max_pixels)
-    except (OSError, ImageHeaderError) as err:
-        raise ImageLoadError(f'cannot load {filename}: {err}') from err
+    encoded, _ = read_image_bytes(filename, backend_args, max_pixels)
     return decode_file_bytes(encoded, filename, color_type)
 
 
