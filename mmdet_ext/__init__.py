@@ -4,21 +4,18 @@
 native extension, which registers ``torch.ops.mmdet_ext.*``, and registers the plugin's
 transforms, datasets and hooks into mmdet's registries.
 """
-from ._native import load_extension
+from . import ops
+from ._native import _C
+from .collate import fast_collate
+from .datasets import AnnotationStore, LazyCocoDataset, StoreError
+from .engine import (AtomicCheckpointHook, CheckpointLoadError, CpuCheckpointLoadHook,
+                     ExactResumeHook, MemoryWatchError, MemoryWatchHook, WorkerDefaultsHook,
+                     load_checkpoint_to_cpu)
+from .models import FastDetDataPreprocessor
+from .structures import LazyInstanceMasks
+from .transforms import (ImageLoadError, LoadLazyAnnotations, NativeLoadImageFromFile,
+                         NativeLoadResizeFlip)
 from .version import __version__
-
-_C = load_extension()
-
-from . import ops  # noqa: E402  (needs _C loaded: registers fake kernels)
-from .collate import fast_collate  # noqa: E402
-from .datasets import AnnotationStore, LazyCocoDataset, StoreError  # noqa: E402
-from .engine import (  # noqa: E402
-    AtomicCheckpointHook, CheckpointLoadError, CpuCheckpointLoadHook, ExactResumeHook,
-    MemoryWatchError, MemoryWatchHook, WorkerDefaultsHook, load_checkpoint_to_cpu)
-from .models import FastDetDataPreprocessor  # noqa: E402
-from .structures import LazyInstanceMasks  # noqa: E402
-from .transforms import (  # noqa: E402
-    ImageLoadError, LoadLazyAnnotations, NativeLoadImageFromFile, NativeLoadResizeFlip)
 
 __all__ = [
     '__version__', 'ops', 'AnnotationStore', 'AtomicCheckpointHook', 'CheckpointLoadError',

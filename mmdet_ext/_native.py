@@ -1,4 +1,8 @@
-"""Loads the compiled extension ``mmdet_ext._C`` and refuses a missing or stale build."""
+"""Loads the compiled extension ``mmdet_ext._C`` and refuses a missing or stale build.
+
+Every module that needs the extension imports it from here (``from .._native import _C``), so
+it is loaded and checked exactly once, whatever is imported first.
+"""
 from pathlib import Path
 from types import ModuleType
 
@@ -28,3 +32,6 @@ def load_extension() -> ModuleType:
         raise ImportError(f'mmdet_ext: the compiled extension {_C.__file__} is stale: the sources '
                           f'in {csrc_dir} changed after it was built. {REBUILD_HINT}')
     return _C
+
+
+_C = load_extension()

@@ -20,11 +20,7 @@ import torch
 from mmengine.dataset import pseudo_collate
 
 from .registry import FUNCTIONS
-
-
-def padded_size(size: int, divisor: int) -> int:
-    """``size`` rounded up to a multiple of ``divisor`` (mmdet's pad_size_divisor rule)."""
-    return -(-size // divisor) * divisor
+from .rounding import padded_size
 
 
 @FUNCTIONS.register_module()

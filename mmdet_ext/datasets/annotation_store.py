@@ -28,7 +28,7 @@ import torch
 from mmengine import fileio
 from mmengine.logging import print_log
 
-from .. import _C
+from .._native import _C
 from .coco_store_layout import LAYOUT_VERSION, coco_to_sections
 from .validation import validate_coco
 

@@ -6,9 +6,9 @@ import torch.nn.functional as F
 from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmdet.models.utils.misc import samplelist_boxtype2tensor
 
-from ..collate import padded_size
 from ..ops import normalize_batch
 from ..registry import MODELS
+from ..rounding import padded_size
 
 
 @MODELS.register_module()

@@ -13,14 +13,11 @@ from mmdet.structures.bbox import autocast_box_type
 from ..io import DEFAULT_MAX_PIXELS, ImageHeader
 from ..ops import warp_image
 from ..registry import TRANSFORMS
+from ..rounding import ceil_div
 from .loading import ImageLoadError, decode_file_bytes, read_image_bytes
 
 # libjpeg decodes at 1/2, 1/4 and 1/8 of the size almost for free (it skips DCT coefficients).
 JPEG_SCALE_DENOMS = (8, 4, 2)
-
-
-def ceil_div(size: int, denom: int) -> int:
-    return -(-size // denom)
 
 
 @TRANSFORMS.register_module()

@@ -8,6 +8,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
+from ..._native import _C
 from ...registry import HOOKS
 
 
@@ -21,7 +22,6 @@ def usable_cpu_count() -> int:
 
 def disable_opencv_threads() -> None:
     """Run OpenCV in the calling thread, in the cv2 wheel and in the OpenCV our ops link."""
-    from ... import _C
     cv2.setNumThreads(0)  # as mmengine's env_cfg.mp_cfg.opencv_num_threads=0 does
     # Debian's OpenCV runs on TBB, where 1 thread is serial too and, unlike 0, is what
     # getNumThreads then reports (with 0 it reports TBB's default concurrency).
