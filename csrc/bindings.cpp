@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 #include <torch/version.h>
 
+#include "io/image_decoder.h"
 #include "store/store_bindings.h"
 
 #ifndef MMDET_EXT_SOURCE_HASH
@@ -27,6 +28,8 @@ PYBIND11_MODULE(_C, m) {
     return false;
 #endif
   }, "Whether CUDA kernels were compiled in.");
+  m.def("default_max_pixels", [] { return mmdet_ext::kDefaultMaxPixels; },
+        "The one image pixel limit (mmdet_ext.io.DEFAULT_MAX_PIXELS), defined in C++.");
   // DataLoader workers must not each start an OpenCV thread pool (N workers x M threads fight
   // for the same cores); cv2.setNumThreads only reaches the cv2 wheel's own copy of OpenCV.
   m.def("set_opencv_num_threads", [](int threads) { cv::setNumThreads(threads); },

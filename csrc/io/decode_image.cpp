@@ -1,6 +1,7 @@
 // CPU kernel of mmdet_ext::decode_image: decode_image_to_mat (image_decoder.h) into a tensor that
 // owns the cv::Mat, so the pixels are never copied after decoding.
 #include <memory>
+#include <optional>
 
 #include <torch/library.h>
 #include <torch/types.h>
@@ -10,7 +11,8 @@
 namespace mmdet_ext {
 namespace {
 
-at::Tensor decode_image_cpu(const at::Tensor& data, int64_t flags, int64_t scale_denom) {
+at::Tensor decode_image_cpu(const at::Tensor& data, int64_t flags, int64_t scale_denom,
+                            std::optional<int64_t> max_pixels) {
   TORCH_CHECK(data.device().is_cpu(), "decode_image: expected the encoded bytes on the CPU, got ",
               data.device());
   TORCH_CHECK(data.scalar_type() == at::kByte && data.dim() == 1,
@@ -19,7 +21,8 @@ at::Tensor decode_image_cpu(const at::Tensor& data, int64_t flags, int64_t scale
 
   const at::Tensor bytes = data.contiguous();
   auto decoded = std::make_shared<cv::Mat>(
-      decode_image_to_mat(bytes.data_ptr<uint8_t>(), bytes.numel(), flags, scale_denom));
+      decode_image_to_mat(bytes.data_ptr<uint8_t>(), bytes.numel(), flags, scale_denom,
+                          max_pixels.value_or(kDefaultMaxPixels)));
 
   const int64_t height = decoded->rows;
   const int64_t width = decoded->cols;

@@ -65,7 +65,7 @@ cv::Mat imdecode(const uint8_t* data, int64_t size, int flags) {
 }  // namespace
 
 cv::Mat decode_image_to_mat(const uint8_t* data, int64_t size, int64_t flags,
-                            int64_t scale_denom) {
+                            int64_t scale_denom, int64_t max_pixels) {
   TORCH_CHECK(size > 0, "decode_image: the buffer is empty (zero-byte file?)");
   TORCH_CHECK(size <= INT32_MAX, "decode_image: the buffer has ", size,
               " bytes, more than OpenCV reads (2^31 - 1)");
@@ -74,6 +74,7 @@ cv::Mat decode_image_to_mat(const uint8_t* data, int64_t size, int64_t flags,
               "IMREAD_IGNORE_ORIENTATION");
   TORCH_CHECK(scale_denom == 1 || scale_denom == 2 || scale_denom == 4 || scale_denom == 8,
               "decode_image: scale_denom must be 1, 2, 4 or 8, got ", scale_denom);
+  TORCH_CHECK(max_pixels > 0, "decode_image: max_pixels must be positive, got ", max_pixels);
   TORCH_CHECK(!is_truncated_jpeg(data, size), "decode_image: truncated JPEG (", size,
               " bytes, no end-of-image marker): the file was cut short");
 
@@ -83,11 +84,15 @@ cv::Mat decode_image_to_mat(const uint8_t* data, int64_t size, int64_t flags,
     const bool rotate = flags != cv::IMREAD_UNCHANGED &&
                         (flags & cv::IMREAD_IGNORE_ORIENTATION) == 0;
     std::optional<DecodedJpeg> jpeg = decode_jpeg(data, size, jpeg_output(flags),
-                                                  static_cast<int>(scale_denom), rotate);
+                                                  static_cast<int>(scale_denom), rotate, max_pixels);
     image = jpeg ? apply_exif_orientation(jpeg->image, jpeg->orientation)
                  : imdecode(data, size, reduced_jpeg_flags(flags, scale_denom));
   } else {
     image = imdecode(data, size, static_cast<int>(flags));  // scale_denom: JPEG only
+    // OpenCV's own limit (2^30) has already kept the allocation bounded.
+    TORCH_CHECK(int64_t{image.rows} * image.cols <= max_pixels, "decode_image: the image is ",
+                image.cols, "x", image.rows, " pixels, more than max_pixels=", max_pixels,
+                " (decompression bomb?); raise max_pixels if it is genuine");
   }
   return image.isContinuous() ? image : image.clone();
 }

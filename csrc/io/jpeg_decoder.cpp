@@ -15,7 +15,6 @@
 #include <c10/util/Exception.h>
 
 #include "exif_orientation.h"
-#include "image_decoder.h"
 
 namespace mmdet_ext {
 namespace {
@@ -150,7 +149,8 @@ bool is_jpeg(const uint8_t* data, int64_t size) {
 }
 
 std::optional<DecodedJpeg> decode_jpeg(const uint8_t* data, int64_t size, JpegOutput output,
-                                       int scale_denom, bool read_orientation) {
+                                       int scale_denom, bool read_orientation,
+                                       int64_t max_pixels) {
   JpegSession session;
   const bool header_ok = session.run([&](j_decompress_ptr cinfo) {
     jpeg_create_decompress(cinfo);
@@ -167,9 +167,9 @@ std::optional<DecodedJpeg> decode_jpeg(const uint8_t* data, int64_t size, JpegOu
   // progressive JPEG's coefficients at full size whatever the scale, so a small file declaring a
   // huge image would otherwise allocate gigabytes (a decompression bomb).
   const int64_t declared = int64_t{cinfo.image_width} * cinfo.image_height;
-  TORCH_CHECK(declared <= kMaxDecodedPixels, "decode_image: the JPEG declares ", cinfo.image_width,
-              "x", cinfo.image_height, " pixels, more than OpenCV's limit of ", kMaxDecodedPixels,
-              " (decompression bomb?)");
+  TORCH_CHECK(declared <= max_pixels, "decode_image: the JPEG declares ", cinfo.image_width, "x",
+              cinfo.image_height, " pixels, more than max_pixels=", max_pixels,
+              " (decompression bomb?); raise max_pixels if it is genuine");
   if (cinfo.num_components == 4) {
     check_scans(session, size);
     return std::nullopt;

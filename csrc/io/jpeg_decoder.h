@@ -24,13 +24,15 @@ struct DecodedJpeg {
 bool is_jpeg(const uint8_t* data, int64_t size);
 
 // Decodes a JPEG at 1/scale_denom of its size (scale_denom in {1, 2, 4, 8}). Any libjpeg error
-// or warning (corrupt entropy-coded data, premature end of data, ...) throws c10::Error. Reads
-// the EXIF orientation only when `read_orientation`.
+// or warning (corrupt entropy-coded data, premature end of data, ...) throws c10::Error, and so
+// does a header declaring more than `max_pixels` pixels. Reads the EXIF orientation only when
+// `read_orientation`.
 //
 // Returns std::nullopt for what this decoder leaves to cv::imdecode: 4-component (CMYK/YCCK)
 // JPEGs, whose entropy-coded data has then already been checked here, and JPEGs that libjpeg
 // cannot decode at 8 bits per sample (12-bit).
 std::optional<DecodedJpeg> decode_jpeg(const uint8_t* data, int64_t size, JpegOutput output,
-                                       int scale_denom, bool read_orientation);
+                                       int scale_denom, bool read_orientation,
+                                       int64_t max_pixels);
 
 }  // namespace mmdet_ext

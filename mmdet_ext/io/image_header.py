@@ -8,7 +8,12 @@ refuse such files, and compare the real size with the json, for the price of a f
 import struct
 from typing import NamedTuple
 
-DEFAULT_MAX_PIXELS = 1 << 28  # 268 M pixels: 16384 x 16384; raise it explicitly if you need more
+from .._native import _C
+
+# The one pixel limit of every image entry point: decode_image, these header checks, the loading
+# transforms and dataset validation. 2^28 = 16384 x 16384 pixels; raise it explicitly (their
+# ``max_pixels`` argument) if you need more. Defined once, in csrc/io/image_decoder.h.
+DEFAULT_MAX_PIXELS: int = _C.default_max_pixels()
 
 _PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 _JPEG_MAGIC = b'\xff\xd8'

@@ -35,13 +35,14 @@ def read_image_bytes(filename: str, backend_args: Optional[dict],
 
 
 def decode_file_bytes(encoded: torch.Tensor, filename: str, color_type: str,
-                      scale_denom: int = 1) -> torch.Tensor:
+                      scale_denom: int = 1, max_pixels: int = DEFAULT_MAX_PIXELS) -> torch.Tensor:
     """Decode a file's bytes to Tensor[H, W, C] uint8; errors name the file.
 
-    ``scale_denom`` > 1 decodes a JPEG at 1/scale_denom of its size (other formats: full size).
+    ``scale_denom`` > 1 decodes a JPEG at 1/scale_denom of its size (other formats: full size);
+    an image of more than ``max_pixels`` pixels is refused (the same limit as the header check).
     """
     try:
-        return decode_image(encoded, color_type, scale_denom)
+        return decode_image(encoded, color_type, scale_denom, max_pixels)
     except RuntimeError as err:
         raise ImageLoadError(f'cannot load {filename}: {err}') from err
 
@@ -50,7 +51,7 @@ def load_image(filename: str, color_type: str, backend_args: Optional[dict],
                max_pixels: int) -> torch.Tensor:
     """Read and decode ``filename`` to Tensor[H, W, C] uint8; errors name the file."""
     encoded, _ = read_image_bytes(filename, backend_args, max_pixels)
-    return decode_file_bytes(encoded, filename, color_type)
+    return decode_file_bytes(encoded, filename, color_type, max_pixels=max_pixels)
 
 
 def as_mmcv_image(image: torch.Tensor, to_float32: bool) -> np.ndarray:

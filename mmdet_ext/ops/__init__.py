@@ -1,0 +1,23 @@
+"""Typed Python wrappers of the native ops in ``torch.ops.mmdet_ext``, with their fake kernels.
+
+One module per subject, mirroring ``csrc/``: ``image`` (decoding, ``csrc/io/``), ``pixels``
+(resize/flip and batch normalisation, ``csrc/transforms/``), ``masks`` (COCO RLE and polygons,
+``csrc/masks/``). In each, an op's wrapper comes first and its fake kernel right after it; the
+wrapper's docstring is the op's contract (shapes, dtypes, units, reference), and the schema in
+``csrc/library.cpp`` points to it. The fake kernels let ``torch.compile`` and
+``torch.library.opcheck`` reason about the ops without running them.
+"""
+from .image import IMREAD_FLAGS, SCALE_DENOMS, decode_image
+from .masks import (Polygon, pack_counts, pack_polygons, polygons_crop_and_resize,
+                    polygons_to_masks, rle_area, rle_crop_and_resize, rle_decode, rle_decode_batch,
+                    rle_encode, rle_from_polygons, rle_from_string, rle_merge, rle_to_bbox,
+                    rle_to_string)
+from .pixels import FLIP_CODES, INTERPOLATIONS, normalize_batch, warp_image
+
+__all__ = [
+    'FLIP_CODES', 'IMREAD_FLAGS', 'INTERPOLATIONS', 'SCALE_DENOMS', 'Polygon', 'decode_image',
+    'normalize_batch', 'pack_counts', 'pack_polygons', 'polygons_crop_and_resize',
+    'polygons_to_masks', 'rle_area', 'rle_crop_and_resize', 'rle_decode', 'rle_decode_batch',
+    'rle_encode', 'rle_from_polygons', 'rle_from_string', 'rle_merge', 'rle_to_bbox',
+    'rle_to_string', 'warp_image'
+]

@@ -1,0 +1,61 @@
+"""``decode_image``: encoded file bytes to pixels (kernel: ``csrc/io/``)."""
+from typing import Optional
+
+import torch
+
+from .._native import _C  # noqa: F401  (registers the schema the fake kernel attaches to)
+
+# cv::ImreadModes values, spelled the way mmcv's ``imfrombytes(flag=...)`` spells them.
+IMREAD_FLAGS = {
+    'color': 1,  # cv2.IMREAD_COLOR
+    'grayscale': 0,  # cv2.IMREAD_GRAYSCALE
+    'unchanged': -1,  # cv2.IMREAD_UNCHANGED
+    'color_ignore_orientation': 1 | 128,  # | cv2.IMREAD_IGNORE_ORIENTATION
+    'grayscale_ignore_orientation': 0 | 128,
+}
+
+SCALE_DENOMS = (1, 2, 4, 8)  # libjpeg's reduced-size DCT decoding, cv2.IMREAD_REDUCED_*_N
+
+
+def decode_image(data: torch.Tensor, color_type: str = 'color', scale_denom: int = 1,
+                 max_pixels: Optional[int] = None) -> torch.Tensor:
+    """Decode an encoded image (JPEG, PNG, ...), bit-exact with ``cv2.imdecode``.
+
+    JPEGs are decoded by libjpeg directly, with OpenCV's settings, and corrupt entropy-coded data
+    (which libjpeg only warns about and OpenCV decodes into garbage) raises an error. EXIF
+    orientation is applied as ``cv2.imdecode`` does: for 'color' and 'grayscale', not for the
+    ``*_ignore_orientation`` types nor 'unchanged'.
+
+    Args:
+        data (Tensor[N] uint8): the file's bytes, on the CPU.
+        color_type: one of ``IMREAD_FLAGS`` (mmcv's names).
+        scale_denom: 1, 2, 4 or 8: decode a JPEG at 1/scale_denom of its size (each side rounded
+            up), like ``cv2.IMREAD_REDUCED_COLOR_N`` / ``IMREAD_REDUCED_GRAYSCALE_N``. Other
+            formats ignore it and come back at full size: read the shape of the result.
+        max_pixels: refuse an image of more pixels (None: ``mmdet_ext.io.DEFAULT_MAX_PIXELS``). A JPEG
+            is refused on its declared size, before anything is allocated; other formats after
+            OpenCV decodes them (OpenCV itself refuses more than 2^30 before allocating).
+
+    Returns:
+        Tensor[H, W, C] uint8 in BGR order (C = 1 for grayscale, 1/3/4 for 'unchanged').
+
+    Raises:
+        RuntimeError: empty, truncated, corrupt, undecodable or too large data.
+    """
+    if color_type not in IMREAD_FLAGS:
+        raise ValueError(f'color_type must be one of {sorted(IMREAD_FLAGS)}, got {color_type!r}')
+    if scale_denom not in SCALE_DENOMS:
+        raise ValueError(f'scale_denom must be one of {SCALE_DENOMS}, got {scale_denom!r}')
+    return torch.ops.mmdet_ext.decode_image(data, IMREAD_FLAGS[color_type], int(scale_denom),
+                                            max_pixels)
+
+
+@torch.library.register_fake('mmdet_ext::decode_image')
+def _decode_image_fake(data: torch.Tensor, flags: int, scale_denom: int = 1,
+                       max_pixels: Optional[int] = None) -> torch.Tensor:
+    torch._check(data.dtype == torch.uint8 and data.dim() == 1)
+    ctx = torch.library.get_ctx()
+    height, width = ctx.new_dynamic_size(), ctx.new_dynamic_size()
+    channels = ctx.new_dynamic_size() if flags == IMREAD_FLAGS['unchanged'] else (
+        1 if flags & 1 == 0 else 3)
+    return data.new_empty((height, width, channels))
