@@ -25,7 +25,7 @@ from pycocotools import mask as mask_utils
 
 import mmdet_ext  # noqa: F401  (registers torch.ops.mmdet_ext)
 from mmdet_ext import ops
-from mmdet_ext.testing.toy_coco import make_toy_coco
+from mmdet_ext.toy_data import make_toy_coco
 
 HEIGHT, WIDTH = 480, 640
 

@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import mmdet_ext
 from mmdet_ext import FastDetDataPreprocessor, LazyCocoDataset, NativeLoadResizeFlip, fast_collate
-from mmdet_ext.testing.toy_coco import make_toy_coco
+from mmdet_ext.toy_data import make_toy_coco
 
 CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
 PREPROCESSOR = dict(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],

@@ -8,7 +8,7 @@ from typing import Callable
 import pytest
 from mmengine.runner.checkpoint import CheckpointLoader
 
-from mmdet_ext.testing.toy_coco import make_toy_coco
+from mmdet_ext.toy_data import make_toy_coco
 
 
 @pytest.fixture(scope='session')

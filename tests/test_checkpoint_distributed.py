@@ -10,7 +10,7 @@ TRAIN = textwrap.dedent('''
     import torch.distributed as dist
     from mmengine.hooks import Hook
     from mmengine.runner import Runner
-    from mmdet_ext.testing.tiny_runner import LossRecorderHook, tiny_runner_kwargs
+    from helpers.tiny_runner import LossRecorderHook, tiny_runner_kwargs
 
     work_dir, max_epochs, load_from = sys.argv[1], int(sys.argv[2]), sys.argv[3] or None
     rank = int(os.environ['RANK'])
@@ -40,7 +40,9 @@ TRAIN = textwrap.dedent('''
 
 
 def _torchrun(work_dir, max_epochs: int, load_from: str = '') -> None:
-    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    tests_dir = os.path.dirname(os.path.abspath(__file__))  # for helpers.tiny_runner
+    env = {**os.environ, 'OMP_NUM_THREADS': '1',
+           'PYTHONPATH': os.pathsep.join([tests_dir, os.environ.get('PYTHONPATH', '')])}
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
            '--master_port', str(29500 + os.getpid() % 1000)]
     script = work_dir.parent / 'train_two_ranks.py'

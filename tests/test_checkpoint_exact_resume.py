@@ -3,7 +3,7 @@ import pytest
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
-from mmdet_ext.testing.tiny_runner import LossRecorderHook, read_losses, tiny_runner_kwargs
+from helpers.tiny_runner import LossRecorderHook, read_losses, tiny_runner_kwargs
 
 
 class SimulatedCrash(Exception):

@@ -16,7 +16,7 @@ from mmengine.runner.checkpoint import _load_checkpoint
 
 from mmdet_ext.engine.checkpoint_loading import (CheckpointLoadError, checkpoint_safe_globals,
                                                  load_checkpoint_to_cpu)
-from mmdet_ext.testing.tiny_runner import TinyConvNet, record_mmengine_log, tiny_runner_kwargs
+from helpers.tiny_runner import TinyConvNet, record_mmengine_log, tiny_runner_kwargs
 
 _experiments = iter(range(10**6))
 
@@ -71,7 +71,7 @@ def test_numpy1_names_load(tmp_path):
 
 CRAFT_CUDA1 = textwrap.dedent('''
     import sys, torch
-    from mmdet_ext.testing.tiny_runner import TinyConvNet
+    from helpers.tiny_runner import TinyConvNet
     # Tag every storage for cuda:1 while pickling, as a save on a GPU machine's second card does.
     torch.serialization.register_package(-100, lambda storage: 'cuda:1', lambda obj, loc: None)
     torch.manual_seed(3)

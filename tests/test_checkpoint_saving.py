@@ -14,7 +14,7 @@ from mmengine.runner import Runner
 from mmdet_ext.engine.checkpoint_discovery import find_newest_loadable_checkpoint
 from mmdet_ext.engine.checkpoint_loading import CheckpointLoadError, load_checkpoint_to_cpu
 from mmdet_ext.engine.checkpoint_saving import TEMP_SUFFIX, atomic_write_bytes
-from mmdet_ext.testing.tiny_runner import tiny_runner_kwargs
+from helpers.tiny_runner import tiny_runner_kwargs
 
 _experiments = iter(range(10**6))
 
@@ -97,7 +97,7 @@ SAVE_EVERY_ITER = textwrap.dedent('''
     import torch.nn as nn
     from mmengine.runner import Runner
 
-    from mmdet_ext.testing.tiny_runner import TinyConvNet, tiny_runner_kwargs
+    from helpers.tiny_runner import TinyConvNet, tiny_runner_kwargs
 
     class BallastNet(TinyConvNet):
         """TinyConvNet plus 8 M frozen floats (32 MB), so that every save takes a while."""

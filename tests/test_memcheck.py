@@ -1,6 +1,6 @@
 """memcheck: the dataloader alone, per-process growth, and the field bisection on a planted leak.
 
-The planted case (mmdet_ext.testing.memory_cases): FieldsDataset yields img / boxes / masks and
+The planted case (tests/helpers/memory_cases.py): FieldsDataset yields img / boxes / masks and
 ``mask_keeping_collate`` keeps every ``masks`` array it collates, in the workers.
 """
 import os
@@ -30,7 +30,7 @@ THRESHOLDS = VerdictThresholds(warmup_iters=10)
 
 @pytest.fixture(autouse=True)
 def _registered():
-    import mmdet_ext.testing.memory_cases  # noqa: F401  (registers the planted case)
+    import helpers.memory_cases  # noqa: F401  (registers the planted case)
 
 
 def test_bisection_names_the_planted_field():
@@ -87,7 +87,7 @@ def test_bad_run_arguments_are_rejected():
 def test_cli_prints_per_process_verdicts(tmp_path):
     config = tmp_path / 'planted.py'
     config.write_text(
-        "custom_imports = dict(imports=['mmdet_ext.testing.memory_cases'],\n"
+        "custom_imports = dict(imports=['helpers.memory_cases'],\n"
         "                      allow_failed_imports=False)\n"
         f"train_dataloader = {PLANTED!r}\n")
     out = subprocess.run(
@@ -95,7 +95,7 @@ def test_cli_prints_per_process_verdicts(tmp_path):
          '--workers', '1', '--interval', '1', '--warmup-iters', '10'],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(REPO_ROOT), os.environ.get('PYTHONPATH', '')])))
+            [str(REPO_ROOT), str(REPO_ROOT / 'tests'), os.environ.get('PYTHONPATH', '')])))
     assert out.returncode == 0, out.stderr
     assert 'train.w0      leak' in out.stdout
     assert 'main          flat' in out.stdout

@@ -1,6 +1,6 @@
 """MemoryWatchHook inside the real mmengine Runner, with real DataLoader worker processes.
 
-Three datasets with known behaviour (mmdet_ext.testing.memory_cases) are trained for three short
+Three datasets with known behaviour (tests/helpers/memory_cases.py) are trained for three short
 epochs with two non-persistent workers; the verdicts must be: list of dicts -> sawtooth
 (copy-on-write), appending -> leak, numpy -> flat, and the main process flat throughout.
 """
@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO_ROOT))  # this checkout, not an installed copy
 import mmdet_ext  # noqa: E402
 from mmdet_ext.engine.memory import KeptGraphDetector, read_process_memory  # noqa: E402
 from mmdet_ext.engine.memory.sampling import read_cuda_memory  # noqa: E402
-from mmdet_ext.testing.memory_cases import TinyModel  # noqa: E402
+from helpers.memory_cases import TinyModel  # noqa: E402
 
 EPOCHS = 3
 LENGTH = 320  # 40 iterations of 8 per epoch

@@ -15,7 +15,7 @@ from pycocotools.coco import COCO
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from mmdet_ext.testing.toy_coco import (  # noqa: E402
+from mmdet_ext.toy_data import (  # noqa: E402
     CATEGORIES,
     SPLITS,
     compressed_rle,

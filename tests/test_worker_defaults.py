@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from mmdet_ext import WorkerDefaultsHook, _C
 from mmdet_ext.engine.hooks.worker_defaults_hook import usable_cpu_count
-from mmdet_ext.testing.tiny_runner import LossRecorderHook, read_losses, tiny_runner_kwargs
+from helpers.tiny_runner import LossRecorderHook, read_losses, tiny_runner_kwargs
 
 
 class WorkerProbe(Dataset):

@@ -1,4 +1,4 @@
-"""Generate the synthetic toy COCO dataset (see mmdet_ext/testing/toy_coco.py).
+"""Generate the synthetic toy COCO dataset (see mmdet_ext/toy_data.py).
 
     python tools/make_toy_coco.py --out data/toy_coco --num-train 96 --num-val 24 --seed 0
 """
@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mmdet_ext.testing.toy_coco import SPLITS, make_toy_coco  # noqa: E402
+from mmdet_ext.toy_data import SPLITS, make_toy_coco  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:

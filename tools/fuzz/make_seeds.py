@@ -20,7 +20,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mmdet_ext.datasets.annotation_store import build_store, write_store  # noqa: E402
-from mmdet_ext.testing.toy_coco import make_toy_coco  # noqa: E402
+from mmdet_ext.toy_data import make_toy_coco  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,15 +1,15 @@
 """Datasets with known memory behaviour, for testing the memory watch (and for trying it out).
 
-Importing this module registers them in mmdet_ext's registries, so configs can name them:
-``custom_imports = dict(imports=['mmdet_ext.testing.memory_cases'])``.
+Importing this module registers them in mmdet_ext's registries, so configs can name them: with
+``tests/`` on ``PYTHONPATH``, ``custom_imports = dict(imports=['helpers.memory_cases'])``.
 
-* :class:`ListOfDictsDataset`: annotations as a Python list of dicts, touched on every access
-  (seed 001): each forked worker dirties refcounts and copies the pages: a sawtooth.
+* :class:`ListOfDictsDataset`: annotations as a Python list of dicts, touched on every access:
+  each forked worker dirties refcounts and copies the pages (copy-on-write): a sawtooth.
 * :class:`AppendingDataset`: appends to a list on every access: a real leak.
 * :class:`NumpyDatasetFlat`: the same annotations in numpy arrays: no refcounts, stays flat.
 * :class:`FieldsDataset` + ``mask_keeping_collate``: a leak carried by one field, ``masks``
   (a collate function keeps every mask it sees), for memcheck's field bisection.
-* :class:`CachedDictDataset` + ``in_place_decode_collate``: seed 000's bug, the dataset hands out
+* :class:`CachedDictDataset` + ``in_place_decode_collate``: the dataset hands out
   its own cached dicts and the collate function writes decoded masks into them.
 """
 import random
@@ -20,7 +20,7 @@ import torch
 from mmengine.model import BaseModel
 from torch.utils.data import Dataset, default_collate
 
-from ..registry import DATASETS, FUNCTIONS
+from mmdet_ext.registry import DATASETS, FUNCTIONS
 
 
 @DATASETS.register_module()
@@ -121,7 +121,7 @@ def mask_keeping_collate(samples: Sequence[dict]) -> dict:
 
 @DATASETS.register_module()
 class CachedDictDataset(Dataset):
-    """Returns its own cached annotation dict for each index (no copy): seed 000's mistake."""
+    """Returns its own cached annotation dict for each index (no copy), so in-place changes downstream corrupt it."""
 
     def __init__(self, length: int = 320) -> None:
         self.anns = [dict(img=np.full(4, i, dtype=np.float32), mask_value=i % 2)

@@ -51,7 +51,7 @@ CROWD_PROBABILITY = 0.25
 BAR_PROBABILITY = 0.4
 JPEG_QUALITY = 90
 # Written into "info"; a literal, not __name__, so the json does not depend on the import path.
-GENERATOR = "mmdet_ext.testing.toy_coco"
+GENERATOR = "mmdet_ext.toy_data"
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,0 @@
-"""Test helpers that need no compiled code: synthetic data generators."""
