@@ -2,8 +2,8 @@
 
 Why: mmengine's ``pseudo_collate`` hands the main process a list of images, and mmdet's
 ``DetDataPreprocessor`` converts, normalises and pads them one by one on the training process's
-critical path. Seed 000's home-made collate went the other way and converted the dataset's own
-lists to tensors in place, so the next epoch saw corrupted annotations. ``fast_collate`` copies
+critical path. A home-made collate that converts the dataset's own lists to tensors in place goes
+wrong the other way: the next epoch sees corrupted annotations. ``fast_collate`` copies
 every image once, straight into a preallocated ``[B, C, H, W]`` uint8 tensor padded to
 ``pad_size_divisor`` (in the DataLoader worker, where it costs no training time), and builds only
 new containers: the samples it receives are never modified.

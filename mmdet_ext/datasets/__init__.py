@@ -1,9 +1,9 @@
 """Datasets backed by the memory-mapped annotation store (registered in mmdet's DATASETS)."""
 from .annotation_store import AnnotationStore, StoreError, open_store
-from .bad_samples import BadSampleError, BadSamplePolicy, TooManyBadSamplesError
+from .bad_samples import BadSampleError, BadSampleHandler, TooManyBadSamplesError
 from .lazy_coco import LazyCocoDataset
 from .validation import DEFAULT_POLICY, DataValidationError, Problem, validate_coco
 
-__all__ = ['DEFAULT_POLICY', 'AnnotationStore', 'BadSampleError', 'BadSamplePolicy',
+__all__ = ['DEFAULT_POLICY', 'AnnotationStore', 'BadSampleError', 'BadSampleHandler',
            'DataValidationError', 'LazyCocoDataset', 'Problem', 'StoreError',
            'TooManyBadSamplesError', 'open_store', 'validate_coco']

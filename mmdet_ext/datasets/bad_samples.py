@@ -2,7 +2,7 @@
 
 Why: a decoder or mask codec failing inside a DataLoader worker used to surface as a bare
 OpenCV/pycocotools message with no file name, and one corrupt sample could stop (or, with retries,
-silently thin out) a long run. ``BadSamplePolicy`` turns the exception into an error naming the
+silently thin out) a long run. ``BadSampleHandler`` turns the exception into an error naming the
 image and the cause (``'raise'``), or (``'skip'``) counts it, logs it once, appends it to
 ``bad_samples.jsonl`` and lets mmengine's refetch pick another sample -- until the fraction of bad
 samples this process has seen exceeds ``max_bad_fraction``, which stops the run with a summary.
@@ -40,8 +40,11 @@ def log_dir() -> Optional[str]:
     return None
 
 
-class BadSamplePolicy:
-    """Per-process bookkeeping of bad samples.
+class BadSampleHandler:
+    """What ``on_bad_sample`` does with a sample that failed to load, with per-process counts.
+
+    (Not a "policy": that word is kept for the store-time ``bad_data_policy`` of validation.py,
+    which decides per problem kind what happens to bad annotations before training starts.)
 
     Args:
         on_bad_sample: ``'raise'`` or ``'skip'``.

@@ -14,7 +14,8 @@ their mask data. Masks are kept in their source form:
 from typing import Callable, Optional
 
 import numpy as np
-from pycocotools import mask as mask_utils
+
+from ..structures.coco_rle import compressed_rle_counts
 
 MASK_NONE, MASK_POLYGON, MASK_RLE, MASK_PNG = 0, 1, 2, 3
 
@@ -43,16 +44,6 @@ def _offsets(lengths: list[int]) -> np.ndarray:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return offsets
-
-
-def compressed_rle_counts(rle: dict) -> str:
-    """COCO's compressed counts string of an RLE given in either json form (``counts`` a list of
-    run lengths, or already a compressed str/bytes)."""
-    counts = rle['counts']
-    if isinstance(counts, list):
-        height, width = rle['size']
-        counts = mask_utils.frPyObjects(rle, height, width)['counts']
-    return counts.decode('ascii') if isinstance(counts, bytes) else counts
 
 
 def coco_to_sections(coco: dict,

@@ -8,7 +8,7 @@ from mmdet.datasets import BaseDetDataset, CocoDataset
 from ..io import DEFAULT_MAX_PIXELS
 from ..registry import DATASETS
 from .annotation_store import AnnotationStore, open_store
-from .bad_samples import BadSamplePolicy, log_dir
+from .bad_samples import BadSampleHandler, log_dir
 from .coco_store_layout import MASK_PNG, MASK_POLYGON, MASK_RLE
 from .inflight import InflightRecord
 from .validation import resolve_policy
@@ -25,7 +25,7 @@ class LazyCocoDataset(BaseDetDataset):
 
     - Copy-safe by construction: every ``get_data_info`` call builds new containers from the
       store, so whatever a pipeline or collate does to a sample (mutate lists, convert to tensors
-      in place, delete keys, seed 000) cannot change what the next epoch sees.
+      in place, delete keys) cannot change what the next epoch sees.
     - No per-sample Python objects at rest and no per-rank copy: see ``AnnotationStore``.
       ``serialize_data`` is accepted and ignored (the store already is the serialized form).
     - Instances with ``"mask_file"`` (a per-instance PNG path relative to ``data_root``) get
@@ -70,7 +70,7 @@ class LazyCocoDataset(BaseDetDataset):
         self.validate = validate
         self.bad_data_policy = resolve_policy(bad_data_policy)
         self.max_pixels = max_pixels
-        self.bad_samples = BadSamplePolicy(on_bad_sample, max_bad_fraction, work_dir)
+        self.bad_samples = BadSampleHandler(on_bad_sample, max_bad_fraction, work_dir)
         self.inflight = InflightRecord(work_dir or log_dir())
         self.store: Optional[AnnotationStore] = None
         self._rows = np.zeros(0, dtype=np.int64)

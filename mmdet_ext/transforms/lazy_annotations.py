@@ -4,9 +4,9 @@ from typing import Optional
 import numpy as np
 from mmdet.datasets.transforms import LoadAnnotations
 
-from ..datasets.coco_store_layout import compressed_rle_counts
 from ..registry import TRANSFORMS
 from ..structures import LazyInstanceMasks, RasterSource
+from ..structures.coco_rle import compressed_rle_counts
 
 
 @TRANSFORMS.register_module()

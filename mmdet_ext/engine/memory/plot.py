@@ -1,15 +1,14 @@
 """memory.png: per-process curves over iterations, epoch boundaries marked, verdicts in the legend.
 
 Drawn with matplotlib's Agg canvas directly (no pyplot), so it never touches the user's backend
-or needs a display.
+or needs a display. matplotlib is imported when a plot is drawn, not when the plugin is
+registered: most processes that import mmdet_ext (DataLoader workers, tools) never draw.
 """
 import gc
 from pathlib import Path
 from typing import Dict, List, Union
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from .record import CUDA, MAIN, TOTAL, MemoryRecord
 from .verdict import LEAK, SAWTOOTH, Verdict
@@ -59,6 +58,9 @@ def plot_record(record: MemoryRecord, verdicts: List[Verdict], path: Union[str, 
     allocated / reserved / peak when present. Dotted vertical lines are epoch starts. Legend
     entries carry the verdict, in red for a leak and orange for a sawtooth.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     by_label = {v.label: v for v in verdicts}
     workers = sorted(k for k in record.series if k not in (MAIN, CUDA, TOTAL))
     panels = ['main'] + (['workers'] if workers else []) + ([CUDA] if CUDA in record.series else [])
