@@ -20,6 +20,8 @@ from mmengine.logging import MMLogger
 from mmengine.model import BaseModel
 from torch.utils.data import Dataset
 
+import mmdet_ext  # noqa: F401  (registers the hooks these Runner settings name)
+
 
 class TinyFlipDataset(Dataset):
     """``length`` fixed 2x4x4 float images with binary labels, randomly flipped and scaled."""
