@@ -83,7 +83,9 @@ CRAFT_CUDA1 = textwrap.dedent('''
 @pytest.fixture(scope='module')
 def cuda1_checkpoint(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp('cuda1') / 'cuda1.pth')
-    subprocess.run([sys.executable, '-c', CRAFT_CUDA1, path], check=True, timeout=120)
+    # cwd: `python -c` puts it on sys.path, and helpers/ lives in tests/
+    subprocess.run([sys.executable, '-c', CRAFT_CUDA1, path], check=True, timeout=120,
+                   cwd=os.path.dirname(os.path.abspath(__file__)))
     return path
 
 

@@ -16,6 +16,9 @@ from mmdet_ext.engine.checkpoint_loading import CheckpointLoadError, load_checkp
 from mmdet_ext.engine.checkpoint_saving import TEMP_SUFFIX, atomic_write_bytes
 from helpers.tiny_runner import tiny_runner_kwargs
 
+# The trainers' cwd: `python -c` puts it on sys.path, and helpers/ lives in tests/.
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
 _experiments = iter(range(10**6))
 
 
@@ -126,7 +129,7 @@ def test_kill_9_during_saving_always_leaves_a_resumable_checkpoint(tmp_path):
     for trial in range(trials):
         before = _newest_iter(work_dir)
         proc = subprocess.Popen([sys.executable, '-c', SAVE_EVERY_ITER, str(work_dir), '1000000'],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=TESTS_DIR)
         try:
             deadline = time.monotonic() + 120
             while _newest_iter(work_dir) <= before:  # wait until this trainer is saving
@@ -150,6 +153,6 @@ def test_kill_9_during_saving_always_leaves_a_resumable_checkpoint(tmp_path):
     # The real Runner resumes from what the kills left and trains one more iteration.
     last = _newest_iter(work_dir)
     subprocess.run([sys.executable, '-c', SAVE_EVERY_ITER, str(work_dir), str(last + 1)],
-                   check=True, timeout=300, capture_output=True)
+                   check=True, timeout=300, capture_output=True, cwd=TESTS_DIR)
     assert _newest_iter(work_dir) == last + 1
     assert not any(n.endswith(TEMP_SUFFIX) for n in os.listdir(work_dir))
