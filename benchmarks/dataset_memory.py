@@ -6,7 +6,8 @@ Builds a synthetic COCO instances json (annotations only: polygons, some crowd R
 dir, then, each variant in a fresh process, makes one full pass with a real DataLoader (the
 pipeline is empty, so only annotation access is measured) and samples every worker's USS:
 
-- ``list-of-dicts``: mmdet ``CocoDataset(serialize_data=False)``, the seed 001 situation;
+- ``list-of-dicts``: mmdet ``CocoDataset(serialize_data=False)``: annotations as Python
+  objects, whose refcounts each worker writes, copying the pages (copy-on-write);
 - ``serialized``: mmdet ``CocoDataset`` with mmengine's default ``serialize_data=True``;
 - ``lazy-store``: ``LazyCocoDataset`` (memory-mapped store, built before the measured run).
 

@@ -1,5 +1,6 @@
 """fast_collate and FastDetDataPreprocessor against mmengine's pseudo_collate + mmdet's
-DetDataPreprocessor; never mutating the samples it gets (seed 000's collate did)."""
+DetDataPreprocessor; never mutating the samples it gets (a collate function that converts the
+dataset's own annotation dicts in place corrupts every later epoch)."""
 import copy
 
 import numpy as np
@@ -55,8 +56,8 @@ def test_never_mutates_the_samples_it_receives(toy_coco_root):
                 for sample in batch]
     keys = [sorted(sample) for sample in batch]
     out = fast_collate(batch)
-    # The caller then does what a preprocessor and seed 000's collate did: write into the
-    # batch, mutate the containers, modify the data samples' own tensors.
+    # The caller then does what a preprocessor or an in-place collate function does: write into
+    # the batch, mutate the containers, modify the data samples' own tensors.
     out['inputs'].zero_()
     out['data_samples'].clear()
     assert len(batch) == 4 and [sorted(sample) for sample in batch] == keys

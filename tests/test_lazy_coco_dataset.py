@@ -1,4 +1,5 @@
-"""LazyCocoDataset against mmdet's CocoDataset, and copy-safety (seed 000)."""
+"""LazyCocoDataset against mmdet's CocoDataset, and copy-safety: a sample changed in place by
+its consumer cannot change what the dataset returns next time."""
 import copy
 import os
 import pickle
@@ -68,8 +69,9 @@ def test_filter_drops_images_without_selected_categories(toy_coco_root):
         [theirs.get_data_info(i)['img_id'] for i in range(len(theirs))]
 
 
-def _seed_000_collate(data_info):
-    """What seed 000's collate_fn did to the dataset's own dict: convert in place, delete keys."""
+def _in_place_converting_collate(data_info):
+    """A collate function that converts the dataset's own annotation dict in place: lists to
+    tensors, keys deleted, entries appended."""
     for instance in data_info['instances']:
         instance['bbox'] = torch.tensor(instance['bbox'])
         if isinstance(instance.get('mask'), list):
@@ -85,8 +87,8 @@ def test_mutating_a_sample_cannot_change_the_next_epoch(toy_coco_root):
     dataset, _ = _pair(toy_coco_root, filter_cfg=dict(filter_empty_gt=True))
     first_epoch = [copy.deepcopy(dataset.get_data_info(i)) for i in range(len(dataset))]
     for i in range(len(dataset)):
-        _seed_000_collate(dataset.get_data_info(i))
-        _seed_000_collate(dataset[i])  # through the (empty) pipeline too
+        _in_place_converting_collate(dataset.get_data_info(i))
+        _in_place_converting_collate(dataset[i])  # through the (empty) pipeline too
     second_epoch = [dataset.get_data_info(i) for i in range(len(dataset))]
     assert pickle.dumps(second_epoch) == pickle.dumps(first_epoch)
 

@@ -52,7 +52,7 @@ def test_in_place_modification_of_the_dataset_is_diagnosed():
     assert any(v.verdict == 'leak' for v in result.baseline.verdicts)
     assert result.aliasing and result.culprits == []
     report = format_bisection(result)
-    assert 'modifies them in place (seed 000)' in report
+    assert 'modifies them in place, so they keep what it adds' in report
     # The collate needs 'img': that run fails, is reported, and the bisection goes on.
     assert result.runs['img'].error.startswith('KeyError')
     assert "without img" in report and 'failed: the field is needed (KeyError' in report

@@ -230,7 +230,7 @@ def test_cuda_figures():
 
 def test_other_children_are_not_taken_for_workers(tmp_path):
     import multiprocessing
-    manager = multiprocessing.Manager()  # an older child, like seed 001's Manager-list fix
+    manager = multiprocessing.Manager()  # an older child, like a Manager list shared by workers
     try:
         earlier_children = _children_already_running() - {f'child.{manager._process.pid}'}
         runner = _runner(tmp_path, dict(type='NumpyDatasetFlat', length=80), epochs=1)

@@ -1,7 +1,7 @@
 """Validation of a COCO instances json and its files before the annotation store is built.
 
 Why: one corrupt sample used to surface as a bare OpenCV/pycocotools error deep in a DataLoader
-worker (or as a "hang", seed 001), and silently wrong annotations (NaN boxes, RLEs of the wrong
+worker (or as what looked like a hang), and silently wrong annotations (NaN boxes, RLEs of the wrong
 size) trained without complaint. Checking once, when the store is built, turns every problem into
 a ``Problem`` record naming the image id, annotation id, file and reason, and a per-kind policy
 decides what happens to it:

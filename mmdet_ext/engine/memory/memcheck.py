@@ -1,8 +1,10 @@
 """Run only the dataloader of a config and find which process, and which sample field, grows.
 
-Seed 000's manual method, automated: no model, the dataloader alone for N iterations with K
-workers, every process sampled; then, optionally, the same run again with one sample field
-dropped at a time (before collate, in the workers), to see which field carries the growth.
+The by-hand routine for a data path whose memory grows (drop the model, watch the loader with
+``ps``, comment sample fields out until the growth stops), automated: the dataloader alone for
+N iterations with K workers, every process sampled; then, optionally, the same run again with
+one sample field dropped at a time (before collate, in the workers), to see which field carries
+the growth.
 """
 import copy
 from dataclasses import dataclass, field
@@ -159,7 +161,8 @@ class Bisection:
     @property
     def aliasing(self) -> bool:
         """Copying the sample dicts alone removes the growth: the dataset hands out its own
-        objects and something downstream changes them in place (seed 000)."""
+        objects and something downstream (a collate function, a transform) changes them in
+        place."""
         base = self.baseline.growth_mib_per_kiter
         return (any(v.verdict == LEAK for v in self.baseline.verdicts)
                 and self.control.growth_mib_per_kiter <= CARRIES * base)
@@ -230,8 +233,9 @@ def format_bisection(result: Bisection) -> str:
         lines.append('no process leaks in the baseline run: nothing to attribute')
     elif result.aliasing:
         lines.append('copying each sample alone removes the growth: the dataset returns its own '
-                     'objects and something downstream modifies them in place (seed 000); '
-                     'return copies from __getitem__')
+                     'objects and something downstream (a collate function, a transform) '
+                     'modifies them in place, so they keep what it adds; return copies from '
+                     '__getitem__')
     elif result.culprits:
         lines.append('the growth is carried by: ' + ', '.join(result.culprits))
     else:
