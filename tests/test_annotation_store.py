@@ -1,8 +1,13 @@
 """The annotation store file: round trip, corruption detection, caching, sharing across processes."""
+import errno
+import fcntl
+import gc
 import hashlib
 import json
+import multiprocessing
 import os
 import pickle
+import stat
 import shutil
 import struct
 from pathlib import Path
@@ -16,7 +21,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from mmdet_ext import _C
 from mmdet_ext.datasets import AnnotationStore, StoreError, open_store
-from mmdet_ext.datasets.annotation_store import write_store
+from mmdet_ext.datasets import annotation_store
+from mmdet_ext.datasets.annotation_store import PROBLEMS_SUFFIX, write_store
 
 KEY = bytes(range(32))
 REGRESSIONS = Path(__file__).parent / 'regressions'
@@ -198,3 +204,162 @@ def test_two_gloo_ranks_share_one_store_file(toy_coco_root, tmp_path):
     mp.spawn(_rank_reads_store, args=(2, ann_file, port), nprocs=2, join=True)
     stores = [f for f in os.listdir(tmp_path) if f.endswith('.mdxstore')]
     assert len(stores) == 1, stores
+
+
+# Stores of a json's earlier contents, lock files and empty reports must not pile up beside it.
+
+def _edit_json(ann_file: str, num_annotations: int) -> None:
+    coco = json.load(open(ann_file))
+    coco['annotations'] = coco['annotations'][:num_annotations]
+    with open(ann_file, 'w') as f:
+        json.dump(coco, f)
+
+
+def test_superseded_stores_are_deleted_and_nothing_else_is_left(toy_coco_root, tmp_path):
+    ann_file = _ann_file(toy_coco_root, tmp_path)
+    first = open_store(ann_file).path
+    leftover = Path(first + '.tmp.4242')  # what a builder killed mid-write leaves
+    leftover.write_bytes(b'half a store')
+    _edit_json(ann_file, 5)
+    open_store(ann_file)
+    _edit_json(ann_file, 3)
+    newest = open_store(ann_file)
+    digest = hashlib.sha256(open(ann_file, 'rb').read()).hexdigest()
+    assert os.path.basename(newest.path) == f'instances_train.json.{digest[:12]}.mdxstore'
+    assert sorted(os.listdir(tmp_path)) == sorted(['instances_train.json',
+                                                   os.path.basename(newest.path)])
+    assert newest.num_instances == 3 and newest.key == bytes.fromhex(digest)
+
+
+def test_a_store_open_in_this_process_is_kept_until_released(toy_coco_root, tmp_path):
+    ann_file = _ann_file(toy_coco_root, tmp_path)
+    old = open_store(ann_file)
+    _edit_json(ann_file, 3)
+    new = open_store(ann_file)
+    assert os.path.exists(old.path) and old.num_instances > new.num_instances == 3
+    old_path = old.path
+    del old
+    gc.collect()
+    assert open_store(ann_file).path == new.path
+    assert not os.path.exists(old_path)
+
+
+def _hold_store(store: AnnotationStore, ready, release) -> None:
+    assert store.num_instances > 3
+    ready.set()
+    release.wait(120)
+
+
+@pytest.mark.parametrize('start_method', ['fork', 'spawn'])
+def test_a_store_open_in_a_live_child_is_kept(toy_coco_root, tmp_path, start_method):
+    ann_file = _ann_file(toy_coco_root, tmp_path)
+    ctx = multiprocessing.get_context(start_method)
+    ready, release = ctx.Event(), ctx.Event()
+    store = open_store(ann_file)
+    old_path = store.path
+    # fork: the child inherits this store's descriptor; spawn: it re-opens the path.
+    child = ctx.Process(target=_hold_store, args=(store, ready, release))
+    child.start()
+    try:
+        assert ready.wait(120), 'the child did not open the store'
+        del store
+        gc.collect()
+        _edit_json(ann_file, 3)
+        open_store(ann_file)
+        assert os.path.exists(old_path)
+    finally:
+        release.set()
+        child.join(120)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    open_store(ann_file)
+    assert not os.path.exists(old_path)
+
+
+def test_problem_report_only_when_validation_finds_problems(toy_coco_root, tmp_path):
+    ann_dir = tmp_path / 'annotations'
+    ann_dir.mkdir()
+    ann_file = _ann_file(toy_coco_root, ann_dir)
+    shutil.copytree(toy_coco_root / 'train', tmp_path / 'train')
+    image = tmp_path / 'train' / '000000.jpg'
+    image.rename(tmp_path / 'aside.jpg')
+    validation = {'img_prefix': str(tmp_path / 'train')}
+    dirty = open_store(ann_file, validation=validation)
+    report = Path(dirty.path + PROBLEMS_SUFFIX)
+    assert [json.loads(line)['kind'] for line in report.read_text().splitlines()] == [
+        'image_missing']
+    # The image is back and the store is rebuilt: the old report goes.
+    (tmp_path / 'aside.jpg').rename(image)
+    os.truncate(dirty.path, 100)
+    del dirty
+    clean = open_store(ann_file, validation=validation)
+    assert not report.exists() and clean.num_images == 8
+    # Another policy of the same json is used side by side: both stay, with no report.
+    test_mode = open_store(ann_file, validation={**validation, 'policy': {'image_missing':
+                                                                          'report'}})
+    plain = open_store(ann_file)
+    assert sorted(os.listdir(ann_dir)) == sorted(
+        ['instances_train.json'] + [os.path.basename(s.path) for s in (clean, test_mode, plain)])
+
+
+def _open_and_report(ann_file: str, barrier, results) -> None:
+    builds = []
+    build_store = annotation_store.build_store
+    annotation_store.build_store = lambda *args: builds.append(1) or build_store(*args)
+    barrier.wait(120)
+    store = open_store(ann_file)
+    results.put((store.path, store.num_instances, float(store['bbox'].sum()), len(builds)))
+
+
+def test_concurrent_builders_make_one_store(toy_coco_root, tmp_path):
+    ann_file = _ann_file(toy_coco_root, tmp_path)
+    ctx = multiprocessing.get_context('spawn')
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    children = [ctx.Process(target=_open_and_report, args=(ann_file, barrier, results))
+                for _ in range(2)]
+    for child in children:
+        child.start()
+    try:
+        got = [results.get(timeout=180) for _ in children]
+    finally:
+        for child in children:
+            child.join(60)
+            if child.is_alive():
+                child.kill()
+    assert [child.exitcode for child in children] == [0, 0]
+    assert got[0][:3] == got[1][:3] and got[0][1] > 0
+    assert got[0][3] + got[1][3] == 1, 'the store was built more than once'
+    assert sorted(os.listdir(tmp_path)) == sorted(['instances_train.json',
+                                                   os.path.basename(got[0][0])])
+
+
+def test_same_named_jsons_in_one_cache_dir_keep_their_stores(toy_coco_root, tmp_path):
+    cache_dir = str(tmp_path / 'cache')
+    (tmp_path / 'a').mkdir()
+    (tmp_path / 'b').mkdir()
+    ann_a = _ann_file(toy_coco_root, tmp_path / 'a')
+    ann_b = _ann_file(toy_coco_root, tmp_path / 'b')
+    _edit_json(ann_b, 3)
+    store_a = open_store(ann_a, cache_dir).path
+    store_b = open_store(ann_b, cache_dir).path
+    assert open_store(ann_a, cache_dir).path == store_a
+    assert sorted(os.listdir(cache_dir)) == sorted(os.path.basename(p) for p in (store_a, store_b))
+    assert os.listdir(tmp_path / 'a') == ['instances_train.json']
+
+
+def test_folder_lock_falls_back_to_a_transient_lock_file(toy_coco_root, tmp_path, monkeypatch):
+    flock = fcntl.flock
+
+    def nfs_flock(fd, operation):  # NFS: an exclusive flock needs a descriptor open for writing
+        if stat.S_ISDIR(os.fstat(fd).st_mode) and operation & fcntl.LOCK_EX:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        return flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, 'flock', nfs_flock)
+    ann_file = _ann_file(toy_coco_root, tmp_path)
+    open_store(ann_file)
+    _edit_json(ann_file, 3)
+    store = open_store(ann_file)
+    assert sorted(os.listdir(tmp_path)) == sorted(['instances_train.json',
+                                                   os.path.basename(store.path)])

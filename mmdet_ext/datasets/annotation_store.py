@@ -1,26 +1,44 @@
 """A COCO annotation file as a memory-mapped, read-only store shared by every process.
 
 Why: datasets that keep annotations as Python lists/dicts pay for them in every DataLoader worker
-(reference counting dirties the copy-on-write pages, seed 001) and on every DDP rank; mmengine's
+(merely reading a Python object updates its reference count, which dirties the copy-on-write page
+it lies on, so forked workers slowly copy the whole dataset) and on every DDP rank; mmengine's
 ``serialize_data`` still keeps one private copy per rank and unpickles a sample on every access.
 Here the annotations are flat arrays in one file, mapped read-only: all workers and all ranks on a
 machine share a single copy in the page cache, and nothing at rest is a per-sample Python object.
 
-The store is built on first use from the json and cached, keyed on the json's content (SHA-256):
-next to the annotation file when that directory is writable, else in ``~/.cache/mmdet_ext``.
-``tools/build_store.py`` builds it ahead of time with a progress bar. A truncated, corrupt or
-outdated store file is detected (header, size and checksum) and rebuilt, never read as garbage.
+Where stores live: the store is built on first use from the json and cached as
+``<json name>.<json sha256[:12]>[-<validation args sha256[:8]>].mdxstore``, next to the json when
+that directory is writable (on a shared filesystem every machine then uses the same store), else
+in ``~/.cache/mmdet_ext/stores``; ``cache_dir`` overrides both. Away from the json, the name also
+carries a digest of the json's path (``<json name>.<path sha256[:8]>.<...>``), so jsons of the
+same name from different datasets never share or prune each other's stores. The key stored inside
+is the SHA-256 of the json bytes (plus the validation arguments): a truncated, corrupt or outdated
+store file is detected (header, size and checksum) and rebuilt, never read as garbage.
+``tools/build_store.py`` builds it ahead of time with a progress bar.
+
+What is cleaned: nothing but stores (and problem reports) is left in the folder. One process
+checks or builds at a time per folder (an ``flock`` on the folder itself, no lock files); the
+others wait, then open the built store. Every open ``AnnotationStore`` holds a shared ``flock`` on
+its file, and each ``open_store`` deletes the stores of the same json name whose json digest is no
+longer the json's (the json was edited: they can never be used again) once no process holds them,
+with their reports and any temporary file a killed builder left. Stores of the same json with other
+validation arguments (train vs ``test_mode``) are used side by side and kept.
 
 With ``validation`` (``validate_coco`` arguments), the json and its files are checked first and
 the store holds the cleaned data; the cache key then also covers those arguments (another policy
-is another store), and the report is written next to the store as ``<store>.problems.jsonl``.
+is another store), and when problems were found they are written next to the store as
+``<store>.problems.jsonl`` (no problems, no file).
 """
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import os.path as osp
-from contextlib import contextmanager
+import re
+import weakref
+from contextlib import contextmanager, suppress
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -35,29 +53,42 @@ from .validation import validate_coco
 StoreError = _C.StoreError
 STORE_SUFFIX = '.mdxstore'
 PROBLEMS_SUFFIX = '.problems.jsonl'
+# Only where the folder itself cannot be locked (NFS); removed by its holder before it lets go.
+FOLDER_LOCK_NAME = '.mdxstore.lock'
 
 
 class AnnotationStore:
     """Read-only view of one store file: named numpy arrays backed by a shared mapping.
 
     Pickles as its path (workers started with ``spawn`` re-map the same file; forked ones
-    inherit the mapping), never as its data.
+    inherit the mapping), never as its data. While it lives it holds a shared ``flock`` on the
+    file, which tells ``open_store`` not to prune it: forked workers inherit the descriptor and so
+    the lock, spawned ones take their own when they re-open the path.
     """
 
     def __init__(self, path: str, verify: bool = True) -> None:
         self.path = path
-        self._mapped = _C.MappedStore(path, verify)
-        self.key = self._mapped.key()
-        self.arrays: dict[str, np.ndarray] = {}
-        for name, tensor in self._mapped.sections():
-            array = tensor.numpy()
-            array.flags.writeable = False  # the mapping is read-only; fail loudly, not SIGSEGV
-            self.arrays[name] = array
-        version = self.arrays.get('layout_version')
-        if version is None or int(version[0]) != LAYOUT_VERSION:
-            raise StoreError(f'annotation store {path}: layout version '
-                             f'{None if version is None else int(version[0])}, this build reads '
-                             f'{LAYOUT_VERSION}')
+        # Lock, then map: open_store prunes a store only while nobody holds this lock.
+        fd = _open_locked_shared(path)
+        try:
+            self._mapped = _C.MappedStore(path, verify)
+            self.key = self._mapped.key()
+            self.arrays: dict[str, np.ndarray] = {}
+            for name, tensor in self._mapped.sections():
+                array = tensor.numpy()
+                array.flags.writeable = False  # the mapping is read-only; fail loudly, not SIGSEGV
+                self.arrays[name] = array
+            version = self.arrays.get('layout_version')
+            if version is None or int(version[0]) != LAYOUT_VERSION:
+                raise StoreError(f'annotation store {path}: layout version '
+                                 f'{None if version is None else int(version[0])}, this build '
+                                 f'reads {LAYOUT_VERSION}')
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
+        if fd is not None:
+            weakref.finalize(self, os.close, fd)
 
     def __getstate__(self) -> dict:
         return {'path': self.path}
@@ -93,9 +124,23 @@ def write_store(path: str, sections: dict[str, np.ndarray], key: bytes) -> None:
     _C.write_store(path, tensors, key)
 
 
-def _default_store_path(ann_file: str, key: bytes, cache_dir: Optional[str]) -> str:
-    name = f'{osp.basename(ann_file)}.{key.hex()[:16]}{STORE_SUFFIX}'
-    for directory in (cache_dir, osp.dirname(osp.abspath(ann_file)),
+def _open_locked_shared(path: str) -> Optional[int]:
+    """A descriptor of ``path`` holding a shared ``flock``; None if it cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None  # _C.MappedStore names the problem
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:
+        pass  # a filesystem without flock: the pruner cannot lock either, so it deletes nothing
+    return fd
+
+
+def _store_location(ann_file: str, cache_dir: Optional[str]) -> tuple[str, str]:
+    """The directory for ``ann_file``'s stores and the stem of their names (see module doc)."""
+    json_dir = None if '://' in ann_file else osp.dirname(osp.abspath(ann_file))
+    for directory in (cache_dir, json_dir,
                       osp.join(osp.expanduser('~'), '.cache', 'mmdet_ext', 'stores')):
         if directory is None:
             continue
@@ -103,33 +148,156 @@ def _default_store_path(ann_file: str, key: bytes, cache_dir: Optional[str]) -> 
             os.makedirs(directory, exist_ok=True)
         except OSError:
             continue
-        if os.access(directory, os.W_OK):
-            return osp.join(directory, name)
+        if not os.access(directory, os.W_OK):
+            continue
+        stem = osp.basename(ann_file)
+        if json_dir is None or not osp.samefile(directory, json_dir):
+            source = ann_file if json_dir is None else osp.realpath(ann_file)
+            stem += '.' + hashlib.sha256(source.encode()).hexdigest()[:8]
+        return directory, stem
     raise OSError(f'no writable directory to cache the annotation store of {ann_file}')
 
 
+def _store_name(stem: str, json_hex: str, args_hex: Optional[str]) -> str:
+    """``<stem>.<json sha256[:12]>[-<validation args sha256[:8]>].mdxstore``"""
+    args = '' if args_hex is None else f'-{args_hex[:8]}'
+    return f'{stem}.{json_hex[:12]}{args}{STORE_SUFFIX}'
+
+
 @contextmanager
-def _exclusive(lock_path: str) -> Iterator[None]:
-    """One builder per store across workers, ranks and jobs on this machine; others wait."""
-    with open(lock_path, 'a') as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+def _folder_lock(directory: str) -> Iterator[None]:
+    """One process checks, builds and prunes stores in ``directory`` at a time (workers, ranks,
+    jobs); the others wait.
+
+    The lock is an ``flock`` on the directory itself, so nothing is left behind. NFS emulates
+    ``flock`` with a write lock, which needs a descriptor open for writing (a directory never is);
+    there a lock file is used instead, deleted by its holder before it lets go.
+    """
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as err:
+        os.close(fd)
+        if err.errno not in (errno.EBADF, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+        lock_path = osp.join(directory, FOLDER_LOCK_NAME)
+        fd = _lock_file(lock_path)
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            try:
+                os.unlink(lock_path)
+            finally:
+                os.close(fd)
+        return
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def _lock_file(path: str) -> int:
+    """A descriptor holding an exclusive ``flock`` on the file now at ``path`` (created if need be).
+
+    A waiter may get the lock on a file its holder has just deleted; it then starts again.
+    """
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if osp.samestat(os.fstat(fd), os.stat(path)):
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def _prune(directory: str, stem: str, json_hex: str) -> None:
+    """Delete the stores in ``directory`` of earlier contents of this json, unless in use.
+
+    Runs under the folder lock: a temporary file of a store (``<store>.tmp.<pid>``) is then one a
+    killed builder left. A store whose json digest is not ``json_hex`` can never be opened again;
+    it is deleted only if no process holds it (an exclusive ``flock`` succeeds), its problem
+    report with it. Stores of this json built with other validation arguments are kept.
+    """
+    pattern = re.compile(rf'{re.escape(stem)}\.([0-9a-f]{{12}})(?:-[0-9a-f]{{8}})?'
+                         rf'{re.escape(STORE_SUFFIX)}(\.tmp\.\d+|{re.escape(PROBLEMS_SUFFIX)})?')
+    matches = [match for match in map(pattern.fullmatch, os.listdir(directory)) if match]
+    for match in sorted(matches, key=lambda m: m.group(2) is not None):  # stores first
+        path = osp.join(directory, match.group(0))
+        tail = match.group(2)
+        if tail is not None and tail.startswith('.tmp.'):
+            _delete(path)
+        elif match.group(1) == json_hex[:12]:
+            continue
+        elif tail is None:
+            if _delete_unless_in_use(path):
+                print_log(f'Deleted the annotation store {path}: its json has changed',
+                          logger='current', level=20)
+        elif not osp.exists(path[:-len(tail)]):
+            _delete(path)  # the report of a deleted store
+
+
+def _delete(path: str) -> None:
+    with suppress(OSError):  # gone already, or not ours to delete: it stays
+        os.unlink(path)
+
+
+def _delete_unless_in_use(path: str) -> bool:
+    """Delete ``path`` if no process holds an ``flock`` on it; True if it was deleted."""
+    try:
+        # Open for writing where allowed: NFS needs it for the exclusive lock.
+        fd = os.open(path, os.O_RDWR if os.access(path, os.W_OK) else os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.unlink(path)
+    except OSError:
+        return False  # in use, or no way to tell: keep it
+    finally:
+        os.close(fd)
+    return True
+
+
+def _open_cached(store_path: str, key: bytes) -> Optional[AnnotationStore]:
+    """The store at ``store_path`` if it is sound and holds ``key``; else None (logged)."""
+    if not osp.exists(store_path):
+        return None
+    try:
+        store = AnnotationStore(store_path)
+        if store.key == key:
+            return store
+        problem = 'it was built from different annotations'
+    except StoreError as err:
+        problem = str(err)
+    print_log(f'Rebuilding the annotation store {store_path}: {problem}',
+              logger='current', level=30)
+    return None
 
 
 def build_store(ann_bytes: bytes, store_path: str, key: bytes,
                 progress: Optional[Callable[[int, int], None]] = None,
                 validation: Optional[dict] = None,
                 backend_args: Optional[dict] = None) -> AnnotationStore:
-    """Parse a COCO json's bytes, validate it if asked, and write its store to ``store_path``."""
+    """Parse a COCO json's bytes, validate it if asked, and write its store to ``store_path``.
+
+    With ``validation``, problems found are written to ``<store_path>.problems.jsonl``; when none
+    are, a report left by an earlier build of this store is deleted.
+    """
     coco = json.loads(ann_bytes)
     if validation is not None:
         coco, report = validate_coco(coco, backend_args=backend_args, **validation)
-        report.write_jsonl(store_path + PROBLEMS_SUFFIX)
+        problems_path = store_path + PROBLEMS_SUFFIX
+        if report.problems:
+            report.write_jsonl(problems_path)
+        else:
+            _delete(problems_path)
         print_log(f'Annotation store {store_path}: {report.summary()}'
-                  + (f'; details in {store_path + PROBLEMS_SUFFIX}' if report.problems else ''),
+                  + (f'; details in {problems_path}' if report.problems else ''),
                   logger='current', level=30 if report.problems else 20)
     write_store(store_path, coco_to_sections(coco, progress), key)
     return AnnotationStore(store_path)
@@ -141,6 +309,8 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
                validation: Optional[dict] = None) -> AnnotationStore:
     """The store of ``ann_file``: opened from the cache, or built (once) if missing or invalid.
 
+    Stores of earlier contents of ``ann_file`` that no process holds are deleted (module doc).
+
     Args:
         ann_file: a COCO instances json (any mmengine file backend).
         cache_dir: where to keep the store; default next to ``ann_file`` (else ~/.cache).
@@ -150,20 +320,19 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
             json unchecked.
     """
     ann_bytes = fileio.get(ann_file, backend_args=backend_args)
-    digest = hashlib.sha256(ann_bytes)
+    json_digest = hashlib.sha256(ann_bytes)
+    key_digest = json_digest.copy()
+    args_hex = None
     if validation is not None:
-        digest.update(json.dumps(validation, sort_keys=True).encode())
-    key = digest.digest()
-    store_path = _default_store_path(ann_file, key, cache_dir)
-    with _exclusive(store_path + '.lock'):
-        if osp.exists(store_path):
-            try:
-                store = AnnotationStore(store_path)
-                if store.key == key:
-                    return store
-                problem = 'it was built from different annotations'
-            except StoreError as err:
-                problem = str(err)
-            print_log(f'Rebuilding the annotation store {store_path}: {problem}',
-                      logger='current', level=30)
-        return build_store(ann_bytes, store_path, key, progress, validation, backend_args)
+        args = json.dumps(validation, sort_keys=True).encode()
+        key_digest.update(args)
+        args_hex = hashlib.sha256(args).hexdigest()
+    key = key_digest.digest()
+    directory, stem = _store_location(ann_file, cache_dir)
+    store_path = osp.join(directory, _store_name(stem, json_digest.hexdigest(), args_hex))
+    with _folder_lock(directory):
+        store = _open_cached(store_path, key)
+        if store is None:
+            store = build_store(ann_bytes, store_path, key, progress, validation, backend_args)
+        _prune(directory, stem, json_digest.hexdigest())
+    return store

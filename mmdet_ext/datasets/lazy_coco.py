@@ -48,7 +48,9 @@ class LazyCocoDataset(BaseDetDataset):
       ``tools/train.py``).
 
     Args:
-        store_cache_dir: where to cache the store; default next to ``ann_file``.
+        store_cache_dir: where to cache the store; default next to ``ann_file`` (else
+            ~/.cache/mmdet_ext/stores). Stores of earlier contents of the json are deleted once
+            no process has them open; no lock or empty files are left (``annotation_store.py``).
         validate: validate the json and its files when building the store.
         bad_data_policy: overrides of ``DEFAULT_POLICY`` (problem kind -> action).
         max_pixels: images and RLEs declaring more pixels are invalid (decompression bombs).
