@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from mmengine.runner.checkpoint import CheckpointLoader
 
+from mmdet_ext._compat import checkpoint_schemes, set_checkpoint_schemes
 from mmdet_ext.toy_data import make_toy_coco
 
 
@@ -22,9 +22,9 @@ def toy_coco_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def _restore_checkpoint_schemes():
     """A Runner that raises skips ``after_run``; keep mmengine's checkpoint loaders clean."""
-    schemes = CheckpointLoader._schemes
+    schemes = checkpoint_schemes()
     yield
-    CheckpointLoader._schemes = schemes
+    set_checkpoint_schemes(schemes)
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -5,6 +5,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from mmdet.datasets import BaseDetDataset, CocoDataset
 
+from .._compat import dataset_fully_initialized, dataset_indices, mark_dataset_fully_initialized
 from ..io import DEFAULT_MAX_PIXELS
 from ..registry import DATASETS
 from .annotation_store import AnnotationStore, open_store
@@ -79,7 +80,7 @@ class LazyCocoDataset(BaseDetDataset):
         super().__init__(*args, **kwargs)
 
     def full_init(self) -> None:
-        if self._fully_initialized:
+        if dataset_fully_initialized(self):
             return
         if self.proposal_file is not None:
             raise ValueError('LazyCocoDataset does not support proposal_file; use CocoDataset')
@@ -88,9 +89,10 @@ class LazyCocoDataset(BaseDetDataset):
         self.cat_ids = self._selected_category_ids()
         self.cat2label = {cat_id: label for label, cat_id in enumerate(self.cat_ids)}
         self._rows = self._filtered_rows()
-        if self._indices is not None:
-            self._rows = self._subset(self._rows, self._indices)
-        self._fully_initialized = True
+        indices = dataset_indices(self)
+        if indices is not None:
+            self._rows = self._subset(self._rows, indices)
+        mark_dataset_fully_initialized(self)
 
     def _validation_args(self) -> Optional[dict]:
         if not self.validate:
@@ -153,13 +155,13 @@ class LazyCocoDataset(BaseDetDataset):
         return rows[np.asarray(indices, dtype=np.int64)]
 
     def __len__(self) -> int:
-        if not self._fully_initialized:
+        if not dataset_fully_initialized(self):
             self.full_init()
         return len(self._rows)
 
     def get_data_info(self, idx: int) -> dict:
         """A fresh ``data_info`` dict for sample ``idx`` (new objects on every call)."""
-        if not self._fully_initialized:
+        if not dataset_fully_initialized(self):
             self.full_init()
         row = int(self._rows[idx])
         store = self.store

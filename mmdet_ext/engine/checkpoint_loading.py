@@ -2,7 +2,8 @@
 
 Why: ``torch.load`` without ``map_location`` restores every tensor onto the device it was saved
 from, and mmengine's ``Runner.resume`` maps to ``'cuda'`` (the current device), so after
-``load_from``/``resume`` one GPU can hold everybody's copy (seed 003). And since torch 2.6
+``load_from``/``resume`` every rank's copy can pile onto one GPU and run it out of memory.
+And since torch 2.6
 ``torch.load`` defaults to ``weights_only=True``, which refuses mmengine's ``HistoryBuffer`` and
 numpy arrays, so stock mmengine 0.10.7 cannot resume at all; the usual "fix" turns safety off.
 Here every load goes to CPU (memory-mapped when the file allows it) through
@@ -13,13 +14,14 @@ import logging
 import os
 import pickle
 import zipfile
-from collections import OrderedDict
 from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import CheckpointLoader
+
+from .._compat import checkpoint_schemes, set_checkpoint_schemes
 
 SafeGlobal = Union[Callable, tuple[Callable, str]]
 
@@ -166,7 +168,7 @@ def install_cpu_checkpoint_loader(*, allow_unsafe_globals: bool = False,
     Returns:
         The schemes registered before, for :func:`restore_checkpoint_loader`.
     """
-    previous = dict(CheckpointLoader._schemes)
+    previous = checkpoint_schemes()
 
     def load_from_local_to_cpu(filename: str, map_location: Any = None) -> Any:
         return load_checkpoint_to_cpu(filename, allow_unsafe_globals=allow_unsafe_globals,
@@ -186,4 +188,4 @@ def install_cpu_checkpoint_loader(*, allow_unsafe_globals: bool = False,
 
 def restore_checkpoint_loader(previous: dict[str, Callable]) -> None:
     """Put back the schemes returned by :func:`install_cpu_checkpoint_loader`."""
-    CheckpointLoader._schemes = OrderedDict(previous)
+    set_checkpoint_schemes(previous)

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmdet.models.utils.misc import samplelist_boxtype2tensor
 
+from .._compat import preprocessor_normalizes, preprocessor_swaps_channels
 from ..ops import normalize_batch
 from ..registry import MODELS
 from ..rounding import padded_size
@@ -32,7 +33,7 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
             return super().forward(data, training)
         data = self.cast_data(dict(inputs=data['inputs'], data_samples=data['data_samples']))
         inputs, data_samples = data['inputs'], data['data_samples']
-        reverse = self._channel_conversion and inputs.shape[1] == 3
+        reverse = preprocessor_swaps_channels(self) and inputs.shape[1] == 3
         if inputs.device.type == 'cpu' and inputs.dtype == torch.uint8:
             inputs = self._normalize_natively(inputs, reverse, input_shapes)
         else:
@@ -49,7 +50,7 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
                             input_shapes: list) -> torch.Tensor:
         """One pass over the batch (``mmdet_ext::normalize_batch``)."""
         channels = inputs.shape[1]
-        if self._enable_normalize:
+        if preprocessor_normalizes(self):
             mean, std = self.mean.view(-1).expand(channels), self.std.view(-1).expand(channels)
         else:
             mean, std = inputs.new_zeros(channels, dtype=torch.float), \
@@ -63,7 +64,7 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
         if reverse:
             inputs = inputs[:, [2, 1, 0], ...]
         inputs = inputs.float()
-        if self._enable_normalize:
+        if preprocessor_normalizes(self):
             inputs = (inputs - self.mean) / self.std
         for image, (height, width) in zip(inputs, input_shapes):
             image[:, height:, :] = self.pad_value

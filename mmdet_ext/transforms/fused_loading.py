@@ -5,11 +5,11 @@ from typing import Optional, Union
 import mmcv
 import numpy as np
 import torch
-from mmcv.image.geometric import _scale_size
 from mmcv.transforms import BaseTransform
 from mmdet.datasets.transforms import RandomFlip, Resize
 from mmdet.structures.bbox import autocast_box_type
 
+from .._compat import choose_flip_direction, record_homography, resize_annotations, scale_size
 from ..io import DEFAULT_MAX_PIXELS, ImageHeader
 from ..ops import warp_image
 from ..registry import TRANSFORMS
@@ -67,7 +67,7 @@ class NativeLoadResizeFlip(BaseTransform):
         if self.resize.scale:
             scale = self.resize.scale
         else:
-            scale = _scale_size((width, height), self.resize.scale_factor)
+            scale = scale_size((width, height), self.resize.scale_factor)
         if self.resize.keep_ratio:
             return scale, mmcv.rescale_size((width, height), scale)
         return scale, tuple(scale)
@@ -96,7 +96,7 @@ class NativeLoadResizeFlip(BaseTransform):
                 f'NativeLoadResizeFlip: {filename} is {width}x{height} but its masks are '
                 f'{masks.width}x{masks.height} (the annotation file declares another image size; '
                 'tools/validate_coco.py lists such images)')
-        direction = self.flip._choose_direction() if self.flip is not None else None
+        direction = choose_flip_direction(self.flip) if self.flip is not None else None
         planar = warp_image(image, (out_h, out_w), self.resize.interpolation, direction).numpy()
         # An HWC view of channel-planar pixels: mmdet's transforms see the usual HxWxC array, and
         # PackDetInputs' transpose back to CHW is already contiguous, so it copies nothing.
@@ -109,10 +109,8 @@ class NativeLoadResizeFlip(BaseTransform):
         results['scale'] = scale
         results['scale_factor'] = (out_w / width, out_h / height)
         results['keep_ratio'] = self.resize.keep_ratio
-        self.resize._resize_bboxes(results)
-        self.resize._resize_masks(results)
-        self.resize._resize_seg(results)
-        self.resize._record_homography_matrix(results)
+        resize_annotations(self.resize, results)
+        record_homography(self.resize, results)
         if self.flip is not None:
             results['flip'] = direction is not None
             results['flip_direction'] = direction
@@ -153,7 +151,7 @@ class NativeLoadResizeFlip(BaseTransform):
             results['gt_masks'] = results['gt_masks'].flip(direction)
         if results.get('gt_seg_map', None) is not None:
             results['gt_seg_map'] = mmcv.imflip(results['gt_seg_map'], direction=direction)
-        self.flip._record_homography_matrix(results)
+        record_homography(self.flip, results)
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(resize={self.resize!r}, flip={self.flip!r}, '

@@ -45,6 +45,8 @@ class AtomicCheckpointHook(CheckpointHook):
             return super()._save_checkpoint_with_step(runner, step, meta)
         # Same bookkeeping as the stock hook (the kept ids are saved inside this checkpoint's
         # message hub), but the outdated file is deleted only once the new one is safely in place.
+        # A copy of mmengine 0.10.7's method: _compat.COPIED_SOURCES holds the hash of the
+        # upstream source, so tests/test_compat.py tells when upstream changes it.
         outdated = None
         if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids
                                             and self.keep_ckpt_ids[-1] == step):

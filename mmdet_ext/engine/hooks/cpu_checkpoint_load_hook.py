@@ -5,6 +5,8 @@ from typing import Callable, Optional, Sequence
 from mmengine.dist import broadcast_object_list
 from mmengine.hooks import Hook
 
+from ..._compat import (runner_load_from, runner_resume_requested, set_runner_load_from,
+                        set_runner_resume)
 from ...registry import HOOKS
 from ..checkpoint_discovery import find_newest_loadable_checkpoint
 from ..checkpoint_loading import (install_cpu_checkpoint_loader, load_checkpoint_to_cpu,
@@ -21,7 +23,7 @@ class CpuCheckpointLoadHook(Hook):
 
     Auto-resume (``resume=True`` without ``load_from``): instead of trusting ``last_checkpoint``,
     rank 0 picks the newest checkpoint that opens, warning about each one it skips, and every rank
-    is told that path (``runner._load_from``), so ``load_or_resume`` resumes from it explicitly.
+    sets that path as the Runner's ``load_from``, so ``load_or_resume`` resumes from it explicitly.
     If none opens, training starts from scratch with a warning. An explicit ``load_from`` that is
     corrupt stays an error naming the file.
 
@@ -50,7 +52,7 @@ class CpuCheckpointLoadHook(Hook):
         self._previous_loader = install_cpu_checkpoint_loader(
             allow_unsafe_globals=self.allow_unsafe_globals, extra_safe_globals=extra,
             mmap=self.mmap)
-        if runner._resume and runner._load_from is None:
+        if runner_resume_requested(runner) and runner_load_from(runner) is None:
             self._choose_auto_resume_checkpoint(runner, extra)
 
     def _choose_auto_resume_checkpoint(self, runner, extra: Sequence[Callable]) -> None:
@@ -63,10 +65,10 @@ class CpuCheckpointLoadHook(Hook):
         if choice[0] is None:
             runner.logger.warning('Auto-resume: no loadable checkpoint in '
                                   f'{runner.work_dir}; training starts from scratch.')
-            runner._resume = False
+            set_runner_resume(runner, False)
             return
         runner.logger.info(f'Auto-resume: resuming from {choice[0]}')
-        runner._load_from = choice[0]
+        set_runner_load_from(runner, choice[0])
 
     def after_run(self, runner) -> None:
         if self._previous_loader is not None:

@@ -5,6 +5,7 @@ from mmengine.dist import all_gather_object
 from mmengine.hooks import Hook
 from mmengine.runner import IterBasedTrainLoop
 
+from ..._compat import runner_resume_requested
 from ...registry import HOOKS
 from ..rng_state import capture_rng_state, restore_rng_state
 
@@ -26,8 +27,8 @@ class ExactResumeHook(Hook):
     * writes the snapshots and the sampler seed into the checkpoint (``before_save_checkpoint``);
     * restores the snapshot after validation, so validation never shifts the training streams
       (that is what makes "validate, save, continue" equal "load, continue");
-    * on resume only (``after_load_checkpoint`` also fires for ``load_from``; it checks
-      ``runner._resume``), restores the sampler seed and each rank's own RNG in ``before_train``.
+    * on resume only (``after_load_checkpoint`` also fires for ``load_from``; it checks the
+      Runner's ``resume``), restores the sampler seed and each rank's own RNG in ``before_train``.
 
     Exact: epoch-based loops (the mmdet default) with ``num_workers=0`` or non-persistent workers
     (mmengine re-seeds workers from the seed each epoch), on the same world size.
@@ -68,7 +69,7 @@ class ExactResumeHook(Hook):
         checkpoint[CHECKPOINT_KEY] = dict(rng=rng, sampler_seed=getattr(sampler, 'seed', None))
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        if not runner._resume:
+        if not runner_resume_requested(runner):
             return
         self._to_restore = checkpoint.get(CHECKPOINT_KEY)
         if self._to_restore is None:

@@ -7,6 +7,7 @@ from mmengine.dist import get_rank, get_world_size
 from mmengine.hooks import Hook
 from mmengine.runner import BaseLoop
 
+from ..._compat import runner_loops
 from ...registry import HOOKS
 from ..memory import (CUDA, LEAK, MAIN, SAWTOOTH, TOTAL, KeptGraphDetector, MemoryRecord, Verdict,
                       VerdictThresholds, memory_limit_mib, plot_record, release_free_heap)
@@ -134,12 +135,8 @@ class MemoryWatchHook(Hook):
     # ---- the work ---------------------------------------------------------------------------
     def _loaders(self, runner) -> Dict[str, Any]:
         """The dataloaders whose workers can be alive now, by name (built loops only)."""
-        loaders = {}
-        for name in ('train', 'val', 'test'):
-            loop = getattr(runner, f'_{name}_loop', None)
-            if isinstance(loop, BaseLoop):
-                loaders[name] = loop.dataloader
-        return loaders
+        return {name: loop.dataloader for name, loop in runner_loops(runner).items()
+                if isinstance(loop, BaseLoop)}
 
     def _sample(self, runner, iteration: int) -> None:
         total = self.record.sample(iteration, runner.epoch, self._loaders(runner), 'train')

@@ -8,6 +8,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
+from ..._compat import runner_loops
 from ..._native import _C
 from ...registry import HOOKS
 
@@ -38,9 +39,9 @@ def _init_worker(worker_id: int, previous: Optional[Callable]) -> None:
 class WorkerDefaultsHook(Hook):
     """Before the run, make every dataloader's workers safe and not oversubscribed.
 
-    Seed 001 and 004: too many workers exhaust RAM and fight for cores, each worker's OpenCV
-    starts its own thread pool, a stuck worker hangs the run forever. For the train, val and
-    test dataloaders this hook
+    Why: too many workers exhaust RAM and fight for cores, each worker's OpenCV starts its own
+    thread pool, and a stuck worker hangs the run forever. For the train, val and test
+    dataloaders this hook
 
     - caps ``num_workers`` at the CPUs usable per local rank (affinity mask / ``LOCAL_WORLD_SIZE``)
       and logs when it lowers it (``num_workers=0`` stays 0);
@@ -70,8 +71,7 @@ class WorkerDefaultsHook(Hook):
         return cap if self.max_workers is None else min(cap, self.max_workers)
 
     def before_run(self, runner) -> None:
-        loops = {'train': runner._train_loop, 'val': runner._val_loop, 'test': runner._test_loop}
-        for name, loop in loops.items():
+        for name, loop in runner_loops(runner).items():
             loader = getattr(loop, 'dataloader', None)  # loops not built yet are still dicts
             if isinstance(loader, torch.utils.data.DataLoader):
                 self.apply(loader, name)

@@ -1,0 +1,187 @@
+"""The one seam between mmdet_ext and the private parts of mmengine, mmdet and mmcv.
+
+Any private upstream call (a ``_name`` function, method or attribute of mmengine, mmdet or mmcv)
+goes through here; the rest of the package uses only the functions below. Everything was read from
+mmengine 0.10.7, mmdet 3.3.0 and mmcv 2.1.0 (:data:`UPSTREAM_VERSIONS`).
+
+Three tables record what we rely on, and ``tests/test_compat.py`` checks each against the installed
+packages, so an upgrade that renames, removes or reshapes one fails there, naming it:
+
+- :data:`PRIVATE_CALLABLES`: private functions/methods we call or override, with their parameters;
+- :data:`PRIVATE_ATTRIBUTES`: private attributes we read or write;
+- :data:`COPIED_SOURCES`: upstream methods whose body we re-implement (a method override, or the
+  tail of one), with the SHA-256 of ``inspect.getsource`` of the upstream method as read.
+"""
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union
+
+from mmcv.image.geometric import _scale_size
+from mmengine.runner.checkpoint import CheckpointLoader
+
+if TYPE_CHECKING:
+    from mmdet.datasets.transforms import RandomFlip, Resize
+
+UPSTREAM_VERSIONS = {'mmengine': '0.10.7', 'mmdet': '3.3.0', 'mmcv': '2.1.0'}
+
+
+class PrivateCallable(NamedTuple):
+    """A private upstream function or method: its parameter names as read, and who uses it."""
+    params: tuple[str, ...]
+    used_by: str
+
+
+class CopiedSource(NamedTuple):
+    """An upstream method we re-implement: SHA-256 of its source as read, and where our copy is."""
+    sha256: str
+    copied_in: str
+
+
+PRIVATE_CALLABLES: dict[str, PrivateCallable] = {
+    'mmcv.image.geometric._scale_size': PrivateCallable(
+        ('size', 'scale'), '_compat.scale_size (NativeLoadResizeFlip)'),
+    'mmdet.datasets.transforms.RandomFlip._choose_direction': PrivateCallable(
+        ('self',), '_compat.choose_flip_direction (NativeLoadResizeFlip)'),
+    'mmdet.datasets.transforms.RandomFlip._record_homography_matrix': PrivateCallable(
+        ('self', 'results'), '_compat.record_homography (NativeLoadResizeFlip)'),
+    'mmdet.datasets.transforms.Resize._resize_bboxes': PrivateCallable(
+        ('self', 'results'), '_compat.resize_annotations (NativeLoadResizeFlip)'),
+    'mmdet.datasets.transforms.Resize._resize_masks': PrivateCallable(
+        ('self', 'results'), '_compat.resize_annotations (NativeLoadResizeFlip)'),
+    'mmdet.datasets.transforms.Resize._resize_seg': PrivateCallable(
+        ('self', 'results'), '_compat.resize_annotations (NativeLoadResizeFlip)'),
+    'mmdet.datasets.transforms.Resize._record_homography_matrix': PrivateCallable(
+        ('self', 'results'), '_compat.record_homography (NativeLoadResizeFlip)'),
+    # Overridden (a method override has to keep the private name):
+    'mmdet.datasets.transforms.LoadAnnotations._load_masks': PrivateCallable(
+        ('self', 'results'), 'mmdet_ext.transforms.LoadLazyAnnotations._load_masks'),
+    'mmengine.hooks.CheckpointHook._save_checkpoint_with_step': PrivateCallable(
+        ('self', 'runner', 'step', 'meta'),
+        'mmdet_ext.engine.hooks.AtomicCheckpointHook._save_checkpoint_with_step'),
+}
+
+PRIVATE_ATTRIBUTES: dict[str, str] = {
+    'mmengine.runner.checkpoint.CheckpointLoader._schemes':
+        '_compat.checkpoint_schemes, set_checkpoint_schemes (install_cpu_checkpoint_loader)',
+    'mmengine.runner.Runner._resume': '_compat.runner_resume_requested, set_runner_resume '
+                                      '(CpuCheckpointLoadHook, ExactResumeHook)',
+    'mmengine.runner.Runner._load_from':
+        '_compat.runner_load_from, set_runner_load_from (CpuCheckpointLoadHook)',
+    **{f'mmengine.runner.Runner._{name}_loop':
+       '_compat.runner_loops (WorkerDefaultsHook, MemoryWatchHook)'
+       for name in ('train', 'val', 'test')},
+    'mmengine.dataset.BaseDataset._fully_initialized':
+        '_compat.dataset_fully_initialized, mark_dataset_fully_initialized (LazyCocoDataset)',
+    'mmengine.dataset.BaseDataset._indices': '_compat.dataset_indices (LazyCocoDataset)',
+    'mmengine.model.ImgDataPreprocessor._channel_conversion':
+        '_compat.preprocessor_swaps_channels (FastDetDataPreprocessor)',
+    'mmengine.model.ImgDataPreprocessor._enable_normalize':
+        '_compat.preprocessor_normalizes (FastDetDataPreprocessor)',
+}
+
+# SHA-256 of ``inspect.getsource`` of the method itself (under mmdet's ``autocast_box_type``,
+# which wraps without ``functools.wraps``, that is the wrapped method, not the wrapper).
+COPIED_SOURCES: dict[str, CopiedSource] = {
+    'mmengine.hooks.CheckpointHook._save_checkpoint_with_step': CopiedSource(
+        'cdbc1b54c7c88d9525ab025a9d51a3d3be6e6e36396c0f1151ecf51281fd3482',
+        'mmdet_ext.engine.hooks.AtomicCheckpointHook._save_checkpoint_with_step'),
+    'mmdet.datasets.transforms.Resize.transform': CopiedSource(
+        'f3de4fd27795b13c8057a40e0e4c019bdabd69a950240d806a7ce536f9a70f44',
+        'mmdet_ext.transforms.NativeLoadResizeFlip.transform'),
+    'mmdet.datasets.transforms.RandomFlip._flip': CopiedSource(
+        '90087eb768fb57f13ac28188b4b0ed8e95908e4ea092364462829f3d21e0b12a',
+        'mmdet_ext.transforms.NativeLoadResizeFlip._flip_annotations'),
+    'mmdet.models.data_preprocessors.DetDataPreprocessor.forward': CopiedSource(
+        'faacb6a74fa6137af0236da464c635279d816c8cd473929f469f0f85edaa3f15',
+        'mmdet_ext.models.FastDetDataPreprocessor._finish'),
+}
+
+
+# ---- mmcv / mmdet transforms ----------------------------------------------------------------
+def scale_size(size: tuple[int, int],
+               scale_factor: Union[float, tuple[float, float]]) -> tuple[int, int]:
+    """(w, h) scaled and rounded as ``Resize`` does: ``mmcv.image.geometric._scale_size``."""
+    return _scale_size(size, scale_factor)
+
+
+def choose_flip_direction(flip: 'RandomFlip') -> Optional[str]:
+    """A flip direction (None: no flip) drawn by ``RandomFlip._choose_direction``, same RNG use."""
+    return flip._choose_direction()
+
+
+def resize_annotations(resize: 'Resize', results: dict) -> None:
+    """Boxes, masks, seg map of ``results`` resized to ``scale_factor`` (``Resize._resize_*``)."""
+    resize._resize_bboxes(results)
+    resize._resize_masks(results)
+    resize._resize_seg(results)
+
+
+def record_homography(transform: Union['Resize', 'RandomFlip'], results: dict) -> None:
+    """Compose ``transform``'s step into ``results['homography_matrix']`` (its private recorder)."""
+    transform._record_homography_matrix(results)
+
+
+# ---- mmengine checkpoint loading ------------------------------------------------------------
+def checkpoint_schemes() -> dict[str, Callable]:
+    """A copy of ``CheckpointLoader._schemes`` (prefix -> loader): it has no public getter."""
+    return dict(CheckpointLoader._schemes)
+
+
+def set_checkpoint_schemes(schemes: dict[str, Callable]) -> None:
+    """Replace ``CheckpointLoader._schemes`` wholesale: ``register_scheme`` cannot unregister."""
+    CheckpointLoader._schemes = OrderedDict(schemes)
+
+
+# ---- mmengine Runner ------------------------------------------------------------------------
+def runner_resume_requested(runner: Any) -> bool:
+    """``runner._resume``: the config's ``resume``, which the Runner exposes nowhere publicly."""
+    return runner._resume
+
+
+def set_runner_resume(runner: Any, flag: bool) -> None:
+    """Set ``runner._resume``, which ``Runner.load_or_resume`` reads, before it runs."""
+    runner._resume = flag
+
+
+def runner_load_from(runner: Any) -> Optional[str]:
+    """``runner._load_from``: the checkpoint ``load_or_resume`` will load or resume from."""
+    return runner._load_from
+
+
+def set_runner_load_from(runner: Any, path: Optional[str]) -> None:
+    """Set ``runner._load_from``, so ``Runner.load_or_resume`` resumes from ``path`` explicitly."""
+    runner._load_from = path
+
+
+def runner_loops(runner: Any) -> dict[str, Any]:
+    """``runner._{train,val,test}_loop`` by name: the built loop, its config dict, or None.
+
+    Why not ``runner.train_loop``: that property builds the loop (and its DataLoader) on access.
+    """
+    return {'train': runner._train_loop, 'val': runner._val_loop, 'test': runner._test_loop}
+
+
+# ---- mmengine datasets and data preprocessors -----------------------------------------------
+def dataset_fully_initialized(dataset: Any) -> bool:
+    """``BaseDataset._fully_initialized``: whether ``full_init`` ran (mmengine's lazy_init)."""
+    return dataset._fully_initialized
+
+
+def mark_dataset_fully_initialized(dataset: Any) -> None:
+    """Set ``BaseDataset._fully_initialized``, which mmengine's ``force_full_init`` checks."""
+    dataset._fully_initialized = True
+
+
+def dataset_indices(dataset: Any) -> Any:
+    """``BaseDataset._indices``: the ``indices`` argument (subset to keep), not stored publicly."""
+    return dataset._indices
+
+
+def preprocessor_swaps_channels(preprocessor: Any) -> bool:
+    """``ImgDataPreprocessor._channel_conversion``: ``bgr_to_rgb`` or ``rgb_to_bgr`` was set."""
+    return preprocessor._channel_conversion
+
+
+def preprocessor_normalizes(preprocessor: Any) -> bool:
+    """``ImgDataPreprocessor._enable_normalize``: ``mean`` and ``std`` were given."""
+    return preprocessor._enable_normalize
+

@@ -1,0 +1,292 @@
+"""``mmdet_ext._compat`` against the installed mmengine, mmdet and mmcv.
+
+Every private upstream name the seam records is looked up, its parameters compared with the ones
+read from mmengine 0.10.7 / mmdet 3.3.0 / mmcv 2.1.0, and every upstream method we re-implement is
+hashed; then each wrapper is exercised on real upstream objects. A failure names the upstream
+name, the version it was read from and the code of ours to re-check.
+"""
+import copy
+import hashlib
+import importlib
+import inspect
+from pathlib import Path
+from typing import Any, Callable
+
+import mmcv
+import mmdet
+import mmengine
+import numpy as np
+import pytest
+import torch
+from mmdet.datasets.transforms import LoadAnnotations, RandomFlip, Resize
+from mmdet.structures.bbox import HorizontalBoxes
+from mmdet.structures.mask import BitmapMasks
+from mmengine.dataset import BaseDataset
+from mmengine.model import BaseModel, ImgDataPreprocessor
+from mmengine.runner import BaseLoop, Runner
+from mmengine.runner.checkpoint import CheckpointLoader
+
+from mmdet_ext import _compat
+from mmdet_ext.structures import LazyInstanceMasks
+from mmdet_ext.transforms import LoadLazyAnnotations
+
+INSTALLED = {'mmengine': mmengine.__version__, 'mmdet': mmdet.__version__,
+             'mmcv': mmcv.__version__}
+
+
+def changed(name: str, what: str, recheck: str) -> str:
+    """The failure message: what changed, where we read it, what to re-check."""
+    package = name.split('.')[0]
+    return (f'{name} {what}. mmdet_ext/_compat.py read it from {package} '
+            f'{_compat.UPSTREAM_VERSIONS[package]}; installed is {package} '
+            f'{INSTALLED[package]}. Re-check {recheck} against the new upstream source, then '
+            'update the record in mmdet_ext/_compat.py.')
+
+
+def resolve(name: str) -> Any:
+    """The object a dotted upstream name refers to, looked up statically (no descriptor runs)."""
+    parts = name.split('.')
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module('.'.join(parts[:split]))
+        except ImportError:
+            continue
+        for attr in parts[split:]:
+            obj = inspect.getattr_static(obj, attr)
+        return obj
+    raise ImportError(name)
+
+
+def undecorated(func: Callable) -> Callable:
+    """The method under mmdet's ``autocast_box_type``, which wraps without ``functools.wraps``."""
+    while func.__closure__:
+        inner = [c.cell_contents for c in func.__closure__ if inspect.isfunction(c.cell_contents)]
+        if len(inner) != 1:
+            break
+        func = inner[0]
+    return func
+
+
+# ---- the records ----------------------------------------------------------------------------
+@pytest.mark.parametrize('name', sorted(_compat.PRIVATE_CALLABLES))
+def test_private_callable_has_the_recorded_parameters(name: str) -> None:
+    record = _compat.PRIVATE_CALLABLES[name]
+    try:
+        func = resolve(name)
+    except AttributeError:
+        pytest.fail(changed(name, 'no longer exists', record.used_by))
+    params = tuple(inspect.signature(func).parameters)
+    assert params == record.params, changed(
+        name, f'now takes {params}, not {record.params}', record.used_by)
+
+
+@pytest.mark.parametrize('name', sorted(_compat.COPIED_SOURCES))
+def test_reimplemented_method_is_unchanged_upstream(name: str) -> None:
+    record = _compat.COPIED_SOURCES[name]
+    try:
+        func = undecorated(resolve(name))
+    except AttributeError:
+        pytest.fail(changed(name, 'no longer exists', record.copied_in))
+    digest = hashlib.sha256(inspect.getsource(func).encode()).hexdigest()
+    assert digest == record.sha256, changed(
+        name, f'has a new body (source SHA-256 {digest}, recorded {record.sha256})',
+        f'our copy in {record.copied_in}')
+
+
+class TinyModel(BaseModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(1, 1)
+
+    def forward(self, inputs, data_samples=None, mode: str = 'tensor'):
+        return self.linear(inputs)
+
+
+@pytest.fixture
+def make_runner(tmp_path: Path) -> Callable[..., Runner]:
+    """A real Runner with a train loop configured but not built; ``Runner(**overrides)``."""
+    count = iter(range(100))
+
+    def make(**overrides) -> Runner:
+        index = next(count)
+        kwargs = dict(model=TinyModel(), work_dir=str(tmp_path / str(index)),
+                      train_dataloader=torch.utils.data.DataLoader([0.0, 1.0], batch_size=1),
+                      train_cfg=dict(by_epoch=True, max_epochs=1),
+                      optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)), default_hooks={},
+                      log_level='WARNING', experiment_name=f'{tmp_path.name}_{index}')
+        return Runner(**{**kwargs, **overrides})
+
+    return make
+
+
+@pytest.mark.parametrize('name', sorted(_compat.PRIVATE_ATTRIBUTES))
+def test_private_attribute_exists_on_a_real_object(name: str, make_runner) -> None:
+    owner, attr = name.rsplit('.', 1)
+    instances = {
+        'mmengine.runner.Runner': make_runner,
+        'mmengine.runner.checkpoint.CheckpointLoader': lambda: CheckpointLoader,
+        'mmengine.dataset.BaseDataset': lambda: BaseDataset(ann_file='', lazy_init=True),
+        'mmengine.model.ImgDataPreprocessor': ImgDataPreprocessor,
+    }
+    assert hasattr(instances[owner](), attr), changed(
+        name, 'no longer exists', _compat.PRIVATE_ATTRIBUTES[name])
+
+
+# ---- the wrappers, on real upstream objects --------------------------------------------------
+def test_scale_size_is_what_resize_uses() -> None:
+    resize = Resize(scale_factor=0.37)
+    results = resize.transform({'img': np.zeros((37, 53, 3), np.uint8)})
+    assert _compat.scale_size((53, 37), 0.37) == results['scale'], changed(
+        'mmcv.image.geometric._scale_size', "no longer gives Resize's scale",
+        'NativeLoadResizeFlip._target_size')
+
+
+def test_choose_flip_direction_draws_as_random_flip() -> None:
+    flip = RandomFlip(prob=0.5, direction=['horizontal', 'vertical'])
+    np.random.seed(0)
+    ours = [_compat.choose_flip_direction(flip) for _ in range(20)]
+    np.random.seed(0)
+    theirs = [flip.transform({'img': np.zeros((2, 2, 3), np.uint8)})['flip_direction']
+              for _ in range(20)]
+    assert ours == theirs, changed('mmdet.datasets.transforms.RandomFlip._choose_direction',
+                                   'draws differently from RandomFlip.transform',
+                                   'NativeLoadResizeFlip.transform')
+    assert set(ours) == {None, 'horizontal', 'vertical'}
+
+
+def annotated_results(height: int = 20, width: int = 30) -> dict:
+    masks = np.zeros((1, height, width), np.uint8)
+    masks[0, 2:9, 3:17] = 1
+    return {'img': np.zeros((height, width, 3), np.uint8),
+            'gt_bboxes': HorizontalBoxes(np.array([[3., 2., 17., 9.]], np.float32)),
+            'gt_masks': BitmapMasks(masks, height, width),
+            'gt_seg_map': np.arange(height * width, dtype=np.uint8).reshape(height, width)}
+
+
+def assert_same_annotations(ours: dict, theirs: dict, name: str, recheck: str) -> None:
+    message = changed(name, 'no longer matches what its public transform does', recheck)
+    assert torch.equal(ours['gt_bboxes'].tensor, theirs['gt_bboxes'].tensor), message
+    assert np.array_equal(ours['gt_masks'].masks, theirs['gt_masks'].masks), message
+    assert np.array_equal(ours['gt_seg_map'], theirs['gt_seg_map']), message
+    assert np.array_equal(ours['homography_matrix'], theirs['homography_matrix']), message
+
+
+def test_resize_annotations_and_homography_are_resize_after_its_image_step() -> None:
+    resize = Resize(scale=(45, 16), keep_ratio=False)
+    theirs = resize.transform(annotated_results())
+    ours = annotated_results()
+    ours.update({key: theirs[key] for key in
+                 ('img', 'img_shape', 'scale', 'scale_factor', 'keep_ratio')})
+    _compat.resize_annotations(resize, ours)
+    _compat.record_homography(resize, ours)
+    assert_same_annotations(ours, theirs, 'mmdet.datasets.transforms.Resize._resize_*',
+                            'mmdet_ext._compat.resize_annotations, record_homography')
+
+
+def test_record_homography_is_random_flip_after_its_image_step() -> None:
+    flip = RandomFlip(prob=1.0, direction='vertical')
+    theirs = flip.transform(annotated_results())
+    ours = annotated_results()
+    ours['img'], ours['flip_direction'] = theirs['img'], 'vertical'
+    ours['gt_bboxes'].flip_(ours['img'].shape[:2], 'vertical')
+    ours['gt_masks'] = ours['gt_masks'].flip('vertical')
+    ours['gt_seg_map'] = mmcv.imflip(ours['gt_seg_map'], direction='vertical')
+    _compat.record_homography(flip, ours)
+    assert_same_annotations(ours, theirs, 'mmdet.datasets.transforms.RandomFlip._flip',
+                            'NativeLoadResizeFlip._flip_annotations')
+
+
+def test_checkpoint_schemes_are_what_checkpoint_loader_dispatches_on() -> None:
+    before = _compat.checkpoint_schemes()
+    assert '' in before and all(callable(loader) for loader in before.values())
+    _compat.set_checkpoint_schemes({**before, '': lambda filename, map_location=None: filename})
+    try:
+        loaded = CheckpointLoader.load_checkpoint('some.pth')
+    finally:
+        _compat.set_checkpoint_schemes(before)
+    assert loaded == 'some.pth', changed(
+        'mmengine.runner.checkpoint.CheckpointLoader._schemes', 'is no longer what '
+        'CheckpointLoader.load_checkpoint dispatches on', 'install_cpu_checkpoint_loader')
+    assert _compat.checkpoint_schemes() == before
+
+
+def record_calls(runner: Runner) -> list:
+    calls = []
+    runner.resume = lambda path, **kwargs: calls.append(('resume', path))
+    runner.load_checkpoint = lambda path, **kwargs: calls.append(('load', path))
+    return calls
+
+
+RESUME_RECHECK = 'CpuCheckpointLoadHook.before_run and ExactResumeHook.after_load_checkpoint'
+
+
+def test_runner_resume_and_load_from_steer_load_or_resume(make_runner) -> None:
+    runner = make_runner(resume=True, load_from=None)
+    assert _compat.runner_resume_requested(runner) is True
+    assert _compat.runner_load_from(runner) is None
+    calls = record_calls(runner)
+    _compat.set_runner_load_from(runner, 'chosen.pth')
+    runner.load_or_resume()
+    assert calls == [('resume', 'chosen.pth')], changed(
+        'mmengine.runner.Runner._load_from', 'no longer steers Runner.load_or_resume',
+        RESUME_RECHECK)
+
+    runner = make_runner(resume=False, load_from='weights.pth')
+    assert _compat.runner_resume_requested(runner) is False
+    assert _compat.runner_load_from(runner) == 'weights.pth'
+    calls = record_calls(runner)
+    _compat.set_runner_resume(runner, True)
+    runner.load_or_resume()
+    assert calls == [('resume', 'weights.pth')], changed(
+        'mmengine.runner.Runner._resume', 'no longer steers Runner.load_or_resume',
+        RESUME_RECHECK)
+
+
+def test_runner_loops_are_the_loops_before_and_after_they_are_built(make_runner) -> None:
+    runner = make_runner()
+    loops = _compat.runner_loops(runner)
+    assert sorted(loops) == ['test', 'train', 'val']
+    assert loops['val'] is None and loops['test'] is None
+    assert isinstance(loops['train'], dict), changed(
+        'mmengine.runner.Runner._train_loop', 'is no longer the config before the loop is built',
+        'WorkerDefaultsHook.before_run, MemoryWatchHook._loaders')
+    built = runner.train_loop
+    assert isinstance(built, BaseLoop) and _compat.runner_loops(runner)['train'] is built, changed(
+        'mmengine.runner.Runner._train_loop', 'is no longer where Runner.train_loop keeps the loop',
+        'WorkerDefaultsHook.before_run, MemoryWatchHook._loaders')
+
+
+def test_dataset_lazy_init_flag_and_indices() -> None:
+    dataset = BaseDataset(ann_file='', lazy_init=True, indices=[0], serialize_data=False)
+    assert _compat.dataset_fully_initialized(dataset) is False
+    assert _compat.dataset_indices(dataset) == [0], changed(
+        'mmengine.dataset.BaseDataset._indices', 'no longer holds the indices argument',
+        'LazyCocoDataset.full_init')
+    _compat.mark_dataset_fully_initialized(dataset)
+    # full_init would fail (no annotation file): force_full_init must trust the flag.
+    assert len(dataset) == 0, changed(
+        'mmengine.dataset.BaseDataset._fully_initialized', 'is no longer what force_full_init '
+        'checks', 'LazyCocoDataset.full_init, __len__, get_data_info')
+    assert _compat.dataset_fully_initialized(dataset) is True
+
+
+def test_preprocessor_flags() -> None:
+    plain = ImgDataPreprocessor()
+    assert not _compat.preprocessor_swaps_channels(plain)
+    assert not _compat.preprocessor_normalizes(plain)
+    full = ImgDataPreprocessor(mean=[1., 2., 3.], std=[2., 2., 2.], bgr_to_rgb=True)
+    assert _compat.preprocessor_swaps_channels(full) and _compat.preprocessor_normalizes(full)
+    inputs = torch.arange(3, dtype=torch.uint8).view(3, 1, 1)
+    out = full({'inputs': [inputs]})['inputs'][0].view(-1)
+    assert out.tolist() == [(2 - 1) / 2, (1 - 2) / 2, (0 - 3) / 2], changed(
+        'mmengine.model.ImgDataPreprocessor._channel_conversion', 'no longer means "reverse '
+        'channels, then normalise"', 'FastDetDataPreprocessor')
+
+
+def test_load_annotations_still_dispatches_to_load_masks() -> None:
+    results = {'instances': [], 'height': 4, 'width': 5}
+    out = LoadLazyAnnotations(with_bbox=False, with_label=False).transform(copy.deepcopy(results))
+    assert isinstance(out['gt_masks'], LazyInstanceMasks), changed(
+        'mmdet.datasets.transforms.LoadAnnotations._load_masks', 'is no longer called by '
+        'LoadAnnotations.transform', 'LoadLazyAnnotations._load_masks')
+    assert LoadAnnotations._load_masks is not LoadLazyAnnotations._load_masks
