@@ -1,9 +1,15 @@
 """NativeLoadImageFromFile against mmcv's LoadImageFromFile on the same files."""
+import functools
+
+import cv2
 import numpy as np
 import pytest
+import torch
 from mmcv.transforms import LoadImageFromFile
 
-from mmdet_ext.transforms import NativeLoadImageFromFile
+from mmdet_ext.io import DEFAULT_MAX_PIXELS
+from mmdet_ext.ops import decode_image
+from mmdet_ext.transforms import ImageLoadError, NativeLoadImageFromFile, NativeLoadResizeFlip
 
 
 def _images(root):
@@ -67,3 +73,22 @@ def test_ignore_empty_returns_none(tmp_path):
     path = tmp_path / 'empty.jpg'
     path.write_bytes(b'')
     assert NativeLoadImageFromFile(ignore_empty=True)(dict(img_path=str(path))) is None
+
+
+@pytest.mark.parametrize('transform', [
+    NativeLoadImageFromFile, functools.partial(NativeLoadResizeFlip, scale_factor=1.0)])
+def test_max_pixels_reaches_the_decoder_for_formats_without_a_header_check(tmp_path, transform):
+    # BMP has no header check in Python: the limit must still be the transform's, not another one.
+    path = tmp_path / 'twenty_by_thirty.bmp'
+    cv2.imwrite(str(path), np.zeros((20, 30, 3), dtype=np.uint8))
+    with pytest.raises(ImageLoadError, match=f'{path}.*more than max_pixels=599'):
+        transform(max_pixels=599)(dict(img_path=str(path)))
+    assert transform(max_pixels=600)(dict(img_path=str(path)))['ori_shape'] == (20, 30)
+
+
+def test_decode_image_has_one_default_limit():
+    assert DEFAULT_MAX_PIXELS == 1 << 28
+    encoded = torch.from_numpy(cv2.imencode('.png', np.zeros((20, 30), dtype=np.uint8))[1])
+    with pytest.raises(RuntimeError, match='more than max_pixels=599'):
+        decode_image(encoded, 'grayscale', max_pixels=599)
+    assert decode_image(encoded, 'grayscale').shape == (20, 30, 1)

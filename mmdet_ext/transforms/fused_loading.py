@@ -129,7 +129,7 @@ class NativeLoadResizeFlip(BaseTransform):
         if header is not None:
             scale, (out_w, out_h) = self._target_size(header.width, header.height)
             denom = self._scale_denom(header, out_w, out_h)
-            image = decode_file_bytes(encoded, filename, self.color_type, denom)
+            image = decode_file_bytes(encoded, filename, self.color_type, denom, self.max_pixels)
             if tuple(image.shape[:2]) == (ceil_div(header.height, denom),
                                           ceil_div(header.width, denom)):
                 return image, (header.width, header.height), scale, (out_w, out_h)
@@ -137,7 +137,7 @@ class NativeLoadResizeFlip(BaseTransform):
                 height, width = image.shape[:2]
                 scale, out_size = self._target_size(width, height)
                 return image, (width, height), scale, out_size
-        image = decode_file_bytes(encoded, filename, self.color_type)
+        image = decode_file_bytes(encoded, filename, self.color_type, max_pixels=self.max_pixels)
         height, width = image.shape[:2]
         scale, out_size = self._target_size(width, height)
         return image, (width, height), scale, out_size
