@@ -1,4 +1,5 @@
-"""The annotation store file: round trip, corruption detection, caching, sharing across processes."""
+"""The annotation store file: round trip, corruption detection, caching, sharing across
+processes."""
 import errno
 import fcntl
 import gc

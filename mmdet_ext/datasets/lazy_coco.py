@@ -37,8 +37,9 @@ class LazyCocoDataset(BaseDetDataset):
     - ``validate=True`` checks the json and the image/mask file headers when the store is built
       and stores the cleaned data per ``bad_data_policy`` (problem kind -> action, over
       ``DEFAULT_POLICY``); problems found are reported in ``<store>.problems.jsonl``. In
-      ``test_mode`` nothing is dropped and nothing fails (every action becomes ``'report'``): ``CocoMetric`` evaluates
-      against the original json, so the evaluated images must stay the json's.
+      ``test_mode`` nothing is dropped and nothing fails (every action becomes ``'report'``):
+      ``CocoMetric`` evaluates against the original json, so the evaluated images must stay the
+      json's.
     - ``on_bad_sample`` decides what an exception while loading a sample becomes: ``'raise'`` a
       ``BadSampleError`` naming the sample, image id, file and cause; ``'skip'`` (training only;
       mmengine refuses a None sample in ``test_mode``) logs it once, appends it to

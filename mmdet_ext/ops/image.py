@@ -32,9 +32,9 @@ def decode_image(data: torch.Tensor, color_type: str = 'color', scale_denom: int
         scale_denom: 1, 2, 4 or 8: decode a JPEG at 1/scale_denom of its size (each side rounded
             up), like ``cv2.IMREAD_REDUCED_COLOR_N`` / ``IMREAD_REDUCED_GRAYSCALE_N``. Other
             formats ignore it and come back at full size: read the shape of the result.
-        max_pixels: refuse an image of more pixels (None: ``mmdet_ext.io.DEFAULT_MAX_PIXELS``). A JPEG
-            is refused on its declared size, before anything is allocated; other formats after
-            OpenCV decodes them (OpenCV itself refuses more than 2^30 before allocating).
+        max_pixels: refuse an image of more pixels (None: ``mmdet_ext.io.DEFAULT_MAX_PIXELS``).
+            A JPEG is refused on its declared size, before anything is allocated; other formats
+            after OpenCV decodes them (OpenCV itself refuses more than 2^30 before allocating).
 
     Returns:
         Tensor[H, W, C] uint8 in BGR order (C = 1 for grayscale, 1/3/4 for 'unchanged').

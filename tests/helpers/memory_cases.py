@@ -121,7 +121,8 @@ def mask_keeping_collate(samples: Sequence[dict]) -> dict:
 
 @DATASETS.register_module()
 class CachedDictDataset(Dataset):
-    """Returns its own cached annotation dict for each index (no copy), so in-place changes downstream corrupt it."""
+    """Returns its own cached annotation dict for each index (no copy): in-place changes made
+    downstream corrupt it."""
 
     def __init__(self, length: int = 320) -> None:
         self.anns = [dict(img=np.full(4, i, dtype=np.float32), mask_value=i % 2)
