@@ -5,9 +5,11 @@ on every sample, and ``poly2mask=False`` keeps polygons but silently drops RLE (
 ``LazyInstanceMasks`` keeps each instance in its source form -- a polygon (transformed as
 coordinates, with mmdet's own ``PolygonMasks`` arithmetic) or a raster source (RLE / PNG path,
 see ``RasterSource``) -- and rasterises in C++ only in ``to_ndarray``/``to_tensor``, at the size
-the masks have by then. ``crop_and_resize`` (the Mask R-CNN mask head's targets) rasterises only
-the 28x28 crops of polygons, never the full image.
+the masks have by then. ``crop_and_resize`` (the Mask R-CNN mask head's targets) rasterises
+polygons straight into the 28x28 crops and reads only the runs of an RLE inside each box, one
+native call per mask kind per image, never the full image.
 """
+from functools import partial
 from typing import Sequence, Union
 
 import mmcv
@@ -16,6 +18,8 @@ import torch
 from mmdet.structures.bbox import HorizontalBoxes, get_box_type
 from mmdet.structures.mask import BaseInstanceMasks, BitmapMasks, PolygonMasks
 
+from ..ops import (pack_counts, pack_polygons, polygons_crop_and_resize, rle_area,
+                   rle_crop_and_resize, rle_to_bbox)
 from .polygon_raster import rasterize_polygons
 from .raster_source import RasterSource
 
@@ -71,10 +75,13 @@ class LazyInstanceMasks(BaseInstanceMasks):
         items = [item for m in masks for item in m.items]
         return cls(items, masks[0].height, masks[0].width)
 
+    def _polygon_rows(self) -> list:
+        return [i for i, item in enumerate(self.items) if not isinstance(item, RasterSource)]
+
     # -- geometry: polygons through PolygonMasks, rasters recorded ---------------------------
     def _map(self, name: str, out_shape: tuple, *args, **kwargs) -> 'LazyInstanceMasks':
         """Apply ``PolygonMasks.<name>`` to every polygon and record it for every raster."""
-        polygon_rows = [i for i, item in enumerate(self.items) if not isinstance(item, RasterSource)]
+        polygon_rows = self._polygon_rows()
         items = list(self.items)
         if polygon_rows:
             polygons = PolygonMasks([items[i] for i in polygon_rows], self.height, self.width)
@@ -131,42 +138,75 @@ class LazyInstanceMasks(BaseInstanceMasks):
                          border_value, interpolation)
 
     def crop_and_resize(self, bboxes: np.ndarray, out_shape, inds, device='cpu',
-                        interpolation: str = 'bilinear', binarize: bool = True
-                        ) -> 'LazyInstanceMasks':
-        """Targets of the mask head: instance ``inds[i]`` cropped to ``bboxes[i]``, resized to
-        ``out_shape``. Polygons are transformed as coordinates (rasterised later at
-        ``out_shape`` only); rasters go through ``BitmapMasks.crop_and_resize``."""
+                        interpolation: str = 'bilinear', binarize: bool = True) -> BitmapMasks:
+        """Targets of the mask head: instance ``inds[i]`` cropped to ``bboxes[i]`` (x1, y1, x2, y2
+        in px) and resized to ``out_shape``.
+
+        Returns ``BitmapMasks`` of ndarray[M, out_h, out_w]: uint8 0/1, or the soft targets of
+        ``BitmapMasks`` when ``binarize=False`` (the targets are final pixels, and mmdet's only
+        caller, ``mask_target_single``, reads them with ``to_ndarray``). Polygons equal
+        ``PolygonMasks.crop_and_resize``, rasters ``BitmapMasks.crop_and_resize`` (which ignores
+        ``interpolation``). All the polygon boxes go to one native call and all the boxes on
+        RLEs without pending operations to another, with their inputs on ``device`` so that the
+        dispatcher picks that device's kernel; the other rasters (PNG, pending operations, soft
+        targets) go through ``BitmapMasks``.
+        """
         out_h, out_w = out_shape
-        inds = np.asarray(inds.cpu().numpy() if isinstance(inds, torch.Tensor) else inds)
-        if len(self.items) == 0 or len(bboxes) == 0:
-            return LazyInstanceMasks([], out_h, out_w)
-        results: list = [None] * len(bboxes)
-        polygon_boxes = [i for i, ind in enumerate(inds)
-                         if not isinstance(self.items[ind], RasterSource)]
-        if polygon_boxes:
-            polygons = PolygonMasks([self.items[ind] for ind in inds[polygon_boxes]],
-                                    self.height, self.width)
-            cropped = polygons.crop_and_resize(bboxes[polygon_boxes], out_shape,
-                                               np.arange(len(polygon_boxes)), device,
-                                               interpolation, binarize)
-            for box, polygon in zip(polygon_boxes, cropped.masks):
-                results[box] = polygon
-        decoded: dict = {}
-        for box, ind in enumerate(inds):
-            item = self.items[ind]
-            if isinstance(item, RasterSource):
-                if ind not in decoded:
-                    decoded[ind] = item.bitmaps()
-                crop = decoded[ind].crop_and_resize(bboxes[box:box + 1], out_shape, np.zeros(1, int),
-                                                    device, interpolation, binarize)
-                results[box] = RasterSource.from_bitmap(crop.masks[0])
-        return LazyInstanceMasks(results, out_h, out_w)
+        inds = _index_array(inds)
+        boxes = bboxes.cpu().numpy() if isinstance(bboxes, torch.Tensor) else np.asarray(bboxes)
+        if len(self.items) == 0 or len(boxes) == 0:
+            return _bitmap_masks(np.empty((0, out_h, out_w), dtype=np.uint8))
+        kinds = np.array([_crop_kind(item, binarize) for item in self.items])[inds]
+        if not binarize and (kinds == _POLYGON).any():
+            raise ValueError('Polygons are always binary, setting binarize=False is unsupported')
+        device = torch.device(device)
+        bitmap_targets = partial(self._bitmap_targets, interpolation=interpolation,
+                                 binarize=binarize)
+        pieces = []
+        for kind, targets in ((_POLYGON, self._polygon_targets), (_RLE, self._rle_targets),
+                              (_BITMAP, bitmap_targets)):
+            rows = np.flatnonzero(kinds == kind)
+            if rows.size:
+                pieces.append((rows, targets(boxes[rows], inds[rows], out_shape, device)))
+        out = np.empty((len(boxes), out_h, out_w),
+                       dtype=np.result_type(*(targets.dtype for _, targets in pieces)))
+        for rows, targets in pieces:
+            out[rows] = targets
+        return _bitmap_masks(out)
+
+    def _polygon_targets(self, boxes: np.ndarray, inds: np.ndarray, out_shape,
+                         device: torch.device) -> np.ndarray:
+        """ndarray[M, out_h, out_w] uint8 of polygon instances, one ``polygons_crop_and_resize``."""
+        distinct, rows = _distinct(inds, len(self.items))
+        packed = pack_polygons([self.items[i] for i in distinct])
+        return polygons_crop_and_resize(*(t.to(device) for t in packed),
+                                        _box_tensor(boxes).to(device),
+                                        torch.from_numpy(rows).to(device), out_shape).cpu().numpy()
+
+    def _rle_targets(self, boxes: np.ndarray, inds: np.ndarray, out_shape,
+                     device: torch.device) -> np.ndarray:
+        """ndarray[M, out_h, out_w] uint8 of RLEs without pending ops, one
+        ``rle_crop_and_resize``."""
+        distinct, rows = _distinct(inds, len(self.items))
+        counts, run_counts = pack_counts([self.items[i].counts() for i in distinct])
+        return rle_crop_and_resize(counts.to(device), run_counts.to(device), self.height,
+                                   self.width, _box_tensor(boxes).to(device),
+                                   torch.from_numpy(rows).to(device), out_shape).cpu().numpy()
+
+    def _bitmap_targets(self, boxes: np.ndarray, inds: np.ndarray, out_shape,
+                        device: torch.device, interpolation: str, binarize: bool) -> np.ndarray:
+        """Targets of the other rasters, each decoded once, through ``BitmapMasks``."""
+        distinct, rows = _distinct(inds, len(self.items))
+        bitmaps = BitmapMasks(np.stack([self.items[i].bitmap() for i in distinct]), self.height,
+                              self.width)
+        return bitmaps.crop_and_resize(boxes, out_shape, rows, device, interpolation,
+                                       binarize).to_ndarray()
 
     # -- pixels -------------------------------------------------------------------------------
     def to_ndarray(self) -> np.ndarray:
         """ndarray[N, height, width] uint8 (0/1)."""
         out = np.zeros((len(self.items), self.height, self.width), dtype=np.uint8)
-        polygon_rows = [i for i, item in enumerate(self.items) if not isinstance(item, RasterSource)]
+        polygon_rows = self._polygon_rows()
         if polygon_rows:
             out[polygon_rows] = rasterize_polygons([self.items[i] for i in polygon_rows],
                                                    self.height, self.width)
@@ -187,25 +227,100 @@ class LazyInstanceMasks(BaseInstanceMasks):
 
     @property
     def areas(self) -> np.ndarray:
-        """Per-instance area in pixels: shoelace for polygons (as ``PolygonMasks``), pixel count
-        for rasters (as ``BitmapMasks``)."""
+        """Per-instance area in pixels, ndarray[N] float64: shoelace for polygons (as
+        ``PolygonMasks``), pixel count for rasters (as ``BitmapMasks``)."""
         areas = np.zeros(len(self.items), dtype=np.float64)
+        polygon_rows = self._polygon_rows()
+        if polygon_rows:
+            # One PolygonMasks for all: its per-part np.dot sums in BLAS order, which no other
+            # reduction reproduces to the last bit.
+            areas[polygon_rows] = PolygonMasks([self.items[i] for i in polygon_rows],
+                                               self.height, self.width).areas
         for i, item in enumerate(self.items):
             if isinstance(item, RasterSource):
-                areas[i] = item.bitmap().sum()
-            else:
-                areas[i] = PolygonMasks([item], self.height, self.width).areas[0]
+                areas[i] = rle_area(item.counts()) if item.is_plain_rle else item.bitmap().sum()
         return areas
 
     def get_bboxes(self, dst_type='hbox'):
-        """Tight boxes of the masks as ``dst_type`` (a registered box type name or class)."""
+        """Tight boxes of the masks as ``dst_type`` (a registered box type name or class), equal
+        to ``PolygonMasks.get_bboxes`` for polygons and ``BitmapMasks.get_bboxes`` for rasters."""
         boxes = np.zeros((len(self.items), 4), dtype=np.float32)
+        polygon_rows = self._polygon_rows()
+        boxes[polygon_rows] = _polygon_boxes([self.items[i] for i in polygon_rows], self.height,
+                                             self.width)
         for i, item in enumerate(self.items):
             if isinstance(item, RasterSource):
-                masks = BitmapMasks(item.bitmap()[None], self.height, self.width)
-            else:
-                masks = PolygonMasks([item], self.height, self.width)
-            boxes[i] = masks.get_bboxes(HorizontalBoxes).numpy()[0]
+                boxes[i] = _raster_box(item)
         hbb = HorizontalBoxes(torch.from_numpy(boxes))
         name, box_type = get_box_type(dst_type)
         return hbb if box_type is HorizontalBoxes else hbb.convert_to(name)
+
+
+_POLYGON, _RLE, _BITMAP = 0, 1, 2  # how crop_and_resize computes an instance's targets
+
+
+def _crop_kind(item: Item, binarize: bool) -> int:
+    if not isinstance(item, RasterSource):
+        return _POLYGON
+    # rle_crop_and_resize reproduces BitmapMasks' binarized targets, not the soft ones
+    return _RLE if binarize and item.is_plain_rle else _BITMAP
+
+
+def _index_array(inds) -> np.ndarray:
+    """Instance indices (a sequence, ndarray or Tensor[M]) as ndarray[M] int64."""
+    if isinstance(inds, torch.Tensor):
+        inds = inds.cpu().numpy()
+    return np.asarray(inds, dtype=np.int64).reshape(-1)
+
+
+def _distinct(inds: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The instances that ``inds`` (ndarray[M], values in [0, count)) names, ascending, and each
+    ind's position among them: ``np.unique(inds, return_inverse=True)`` without sorting."""
+    used = np.bincount(inds, minlength=count) > 0
+    return np.flatnonzero(used), (np.cumsum(used) - 1)[inds]
+
+
+def _bitmap_masks(masks: np.ndarray) -> BitmapMasks:
+    """``BitmapMasks`` holding ndarray[N, H, W] ``masks`` itself: its constructor would copy them
+    one mask at a time (``np.stack``), which takes longer than computing 128 targets."""
+    bitmaps = BitmapMasks([], *masks.shape[1:])
+    bitmaps.masks = masks
+    return bitmaps
+
+
+def _box_tensor(boxes: np.ndarray) -> torch.Tensor:
+    """Tensor[M, 4] for the native ops. float32/float64 stay (mmdet rounds in the boxes' dtype);
+    other dtypes become float64, which is what mmdet's polygon arithmetic makes of integers."""
+    if boxes.dtype not in (np.float32, np.float64):
+        boxes = boxes.astype(np.float64)
+    return torch.from_numpy(np.ascontiguousarray(boxes))
+
+
+def _polygon_boxes(instances: Sequence[Polygon], height: int, width: int) -> np.ndarray:
+    """ndarray[N, 4] float32 x1, y1, x2, y2 of polygon instances, as ``PolygonMasks.get_bboxes``:
+    float32 extremes of the points, the minimum starting at (2 * width, 2 * height) and the
+    maximum at (0, 0). Minima and maxima are exact, so one vectorised pass gives the same bits."""
+    boxes = np.tile(np.array([2 * width, 2 * height, 0, 0], dtype=np.float32),
+                    (len(instances), 1))
+    parts = [np.asarray(part).reshape(-1, 2) for instance in instances for part in instance]
+    if not parts:
+        return boxes
+    points = np.concatenate(parts).astype(np.float32)
+    points_per_instance = [sum(len(part) for part in instance) // 2 for instance in instances]
+    owner = np.repeat(np.arange(len(instances)), points_per_instance)
+    np.minimum.at(boxes[:, :2], owner, points)
+    np.maximum.at(boxes[:, 2:], owner, points)
+    return boxes
+
+
+def _raster_box(item: RasterSource) -> np.ndarray:
+    """ndarray[4] float32 x1, y1, x2, y2 of one raster, as ``BitmapMasks.get_bboxes``: the last
+    row and column + 1, zeros for an empty mask."""
+    if not item.is_plain_rle:
+        bitmap = item.bitmap()
+        return BitmapMasks(bitmap[None], *bitmap.shape).get_bboxes(HorizontalBoxes).numpy()[0]
+    counts = item.counts()
+    if rle_area(counts) == 0:
+        return np.zeros(4, dtype=np.float32)
+    x, y, w, h = rle_to_bbox(counts, item.height, item.width).tolist()
+    return np.array([x, y, x + w, y + h], dtype=np.float32)

@@ -34,12 +34,21 @@ class RasterSource:
         return RasterSource(self.kind, self.data, self.height, self.width,
                             self.ops + ((name, args, kwargs),))
 
+    @property
+    def is_plain_rle(self) -> bool:
+        """An RLE with no pending operation: its counts are the mask itself, so the native RLE
+        ops (area, box, crop) can read them without decoding the bitmap."""
+        return self.kind == 'rle' and not self.ops
+
+    def counts(self) -> torch.Tensor:
+        """COCO run lengths of the source (``kind == 'rle'``): Tensor[K] int32."""
+        return rle_from_string(self.data, self.height, self.width)
+
     def _decode(self) -> np.ndarray:
         if self.kind == 'bitmap':
             return self.data
         if self.kind == 'rle':
-            counts = rle_from_string(self.data, self.height, self.width)
-            return rle_decode(counts, self.height, self.width).numpy()
+            return rle_decode(self.counts(), self.height, self.width).numpy()
         with open(self.data, 'rb') as f:
             encoded = np.frombuffer(f.read(), dtype=np.uint8)
         try:
