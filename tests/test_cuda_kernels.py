@@ -1,9 +1,9 @@
 """The CUDA kernels against their CPU twins, bit for bit, through the public ops.
 
 The CPU kernels are checked against pycocotools, mmdet and mmcv elsewhere (test_mask_codecs.py,
-test_lazy_masks.py, test_collate.py), so equality here makes the CUDA kernels exact too. Every
-test needs a GPU and an extension built with CUDA, and is skipped, saying which is missing,
-where either is absent (CI has neither).
+test_lazy_masks.py, test_collate.py), so equality here makes the CUDA kernels exact too. The
+comparisons need a GPU and an extension built with CUDA, and are skipped, saying which is
+missing, where either is absent (CI has neither).
 """
 import numpy as np
 import pytest
@@ -21,7 +21,7 @@ def _why_no_cuda():
     return None
 
 
-pytestmark = pytest.mark.skipif(_why_no_cuda() is not None, reason=str(_why_no_cuda()))
+needs_cuda = pytest.mark.skipif(_why_no_cuda() is not None, reason=str(_why_no_cuda()))
 OPS = torch.ops.mmdet_ext
 
 
@@ -70,6 +70,7 @@ def on_gpu(*tensors):
     return [t.cuda() for t in tensors]
 
 
+@needs_cuda
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
 @pytest.mark.parametrize('out_shape', [(28, 28), (14, 9), (112, 112)])
 def test_polygons_crop_and_resize_matches_cpu(dtype, out_shape):
@@ -84,6 +85,7 @@ def test_polygons_crop_and_resize_matches_cpu(dtype, out_shape):
     assert expected.any()  # the comparison saw foreground
 
 
+@needs_cuda
 @pytest.mark.parametrize('size', [(480, 640), (37, 23)])
 def test_polygons_to_masks_matches_cpu(size):
     rng = np.random.default_rng(1)
@@ -94,6 +96,7 @@ def test_polygons_to_masks_matches_cpu(size):
     assert expected.any()
 
 
+@needs_cuda
 def test_rle_decode_matches_cpu():
     rng = np.random.default_rng(2)
     masks, (counts, run_counts) = random_rles(rng, 6, 97, 131)
@@ -103,6 +106,7 @@ def test_rle_decode_matches_cpu():
     assert torch.equal(ops.rle_decode(single.cuda(), 97, 131).cpu(), masks[0])
 
 
+@needs_cuda
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
 def test_rle_crop_and_resize_matches_cpu(dtype):
     rng = np.random.default_rng(3)
@@ -117,6 +121,7 @@ def test_rle_crop_and_resize_matches_cpu(dtype):
     assert expected.any()
 
 
+@needs_cuda
 @pytest.mark.parametrize('reverse_channels', [False, True])
 def test_normalize_batch_matches_cpu(reverse_channels):
     rng = np.random.default_rng(4)
@@ -129,6 +134,7 @@ def test_normalize_batch_matches_cpu(reverse_channels):
     assert torch.equal(got.cpu(), expected)
 
 
+@needs_cuda
 def test_cuda_kernels_refuse_bad_input_like_the_cpu_ones():
     packed = ops.pack_polygons([[[1.0, 1.0, 7.0, 2.0, 4.0, 9.0]]])
     boxes = torch.tensor([[0.0, 0.0, 8.0, 8.0]])
@@ -142,6 +148,7 @@ def test_cuda_kernels_refuse_bad_input_like_the_cpu_ones():
                                 torch.tensor([[4.0, 0, 2, 4]]).cuda(), torch.tensor([0]), (28, 28))
 
 
+@needs_cuda
 def test_opcheck_on_cuda():
     packed = ops.pack_polygons([[[1.0, 1.0, 7.0, 2.0, 4.0, 9.0]],
                                 [[0.0, 0.0, 5.0, 0.0, 5.0, 5.0], [6, 6, 8, 6, 8, 8]]])
@@ -157,3 +164,12 @@ def test_opcheck_on_cuda():
     for name, args in cases.items():
         torch.library.opcheck(getattr(OPS, name), args,
                               test_utils=('test_schema', 'test_faketensor'))
+
+
+def test_has_kernel_reports_this_build():
+    """What FastDetDataPreprocessor asks before handing a batch to normalize_batch."""
+    assert ops.has_kernel('normalize_batch', 'cpu')
+    assert ops.has_kernel('polygons_crop_and_resize', torch.device('cpu'))
+    assert ops.has_kernel('polygons_crop_and_resize', 'cuda') == _C.with_cuda()
+    assert not ops.has_kernel('warp_image', 'cuda')  # OpenCV on the CPU only
+    assert not ops.has_kernel('normalize_batch', 'meta')
