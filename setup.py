@@ -40,7 +40,11 @@ SWITCHES = {'opencv4': 'MMDET_EXT_WITH_OPENCV', 'libjpeg': 'MMDET_EXT_WITH_LIBJP
 # nvcc: --fmad=false because the CUDA mask kernels must be bit-exact with the CPU ones, and
 # contracting a*b+c into one FMA rounds once instead of twice.
 NVCC_FLAGS = ['-O3', '--fmad=false', '-std=c++20']
-CXX_FLAGS = ['-O3', '-std=c++20', '-fvisibility=hidden']
+# -O3 unless CFLAGS sets the optimisation level (the sanitizer builds take -O1, the test of a build
+# without OpenCV -O0): CFLAGS come first on the command line, so an -O here would override them.
+CXX_FLAGS = ['-std=c++20', '-fvisibility=hidden']
+if not any(flag.startswith('-O') for flag in os.environ.get('CFLAGS', '').split()):
+    CXX_FLAGS.insert(0, '-O3')
 
 
 def load_build_hash_module():

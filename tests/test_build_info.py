@@ -84,7 +84,8 @@ print(json.dumps({
 def no_opencv_probe(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Build the extension with MMDET_EXT_WITH_OPENCV=0 out of tree, import it, probe it."""
     out = tmp_path_factory.mktemp('no_opencv_build')
-    env = {**os.environ, 'MMDET_EXT_WITH_OPENCV': '0'}
+    # -O0 -g0: what is tested is what gets built and registered, and it halves the build time.
+    env = {**os.environ, 'MMDET_EXT_WITH_OPENCV': '0', 'CFLAGS': '-O0 -g0'}
     build = subprocess.run(
         [sys.executable, 'setup.py', 'build_ext', '--build-temp', str(out / 'temp'),
          '--build-lib', str(out / 'lib')], cwd=REPO_ROOT, env=env, capture_output=True,

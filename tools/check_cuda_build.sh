@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Compile-check the CUDA build of mmdet_ext._C on a machine without a GPU: build it with
 # FORCE_CUDA=1 against a CUDA build of torch (in its own venv), load the .so with that torch (it
-# imports without a GPU), and check that CUDA is compiled in and that every op with a CUDA kernel
-# in the sources (a TORCH_LIBRARY_IMPL(mmdet_ext, CUDA, m) block in csrc/**) is registered for the
-# CUDA dispatch key. It runs nothing on a GPU: that is for a GPU machine's test run.
+# imports without a GPU), and check that CUDA is compiled in, that every op with a CUDA kernel in
+# the sources (a TORCH_LIBRARY_IMPL(mmdet_ext, CUDA, m) block in csrc/**) is registered for the
+# CUDA dispatch key, and that nvcc made device code for TORCH_CUDA_ARCH_LIST. It runs nothing on a
+# GPU: that is for a GPU machine's test run.
 #
 #   tools/check_cuda_build.sh [both|opencv|no-opencv]     (default: both)
 #
@@ -63,7 +64,7 @@ for variant in $VARIANTS; do
     grep '^\[mmdet_ext\]' "$out/build.log" || true
     log "$variant: built in $((SECONDS - start)) s"
     so="$(ls "$out"/lib/mmdet_ext/_C*.so)"
-    if ! "$PY" - "$SRC" "$so" "$variant" <<'EOF'
+    if ! "$PY" - "$SRC" "$so" "$variant" "$out/build.log" <<'EOF'
 import importlib.util
 import re
 import subprocess
@@ -72,7 +73,7 @@ from pathlib import Path
 
 import torch
 
-src, so, variant = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+src, so, variant, build_log = Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4])
 problems = []
 
 
@@ -114,10 +115,11 @@ if not ops:
 for op, path in ops.items():
     registered = torch._C._dispatch_has_kernel_for_dispatch_key(f'mmdet_ext::{op}', 'CUDA')
     check(registered, f'mmdet_ext::{op} has a CUDA kernel ({path})')
-if ops:
-    cubins = subprocess.run(['cuobjdump', '--list-elf', so], capture_output=True, text=True)
-    archs = sorted(set(re.findall(r'\.(sm_\d+a?)\.cubin', cubins.stdout)))
-    check(bool(archs), f'device code in the .so for {archs} (cuobjdump --list-elf)')
+if ops:  # nvcc's command lines (ninja -v) in the build log, and the device code they made
+    archs = sorted(set(re.findall(r'code=(sm_\w+)', build_log.read_text())))
+    sections = subprocess.run(['readelf', '-SW', so], capture_output=True, text=True).stdout
+    check(bool(archs) and '.nv_fatbin' in sections,
+          f'device code for {archs} (TORCH_CUDA_ARCH_LIST) in the .so')
 
 if variant == 'opencv':
     pkg = subprocess.run(['pkg-config', '--modversion', 'opencv4'], capture_output=True, text=True)
