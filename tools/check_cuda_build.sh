@@ -39,7 +39,7 @@ export PATH="$VENV/bin:$PATH"  # torch's BuildExtension looks for ninja on PATH
 if [ -z "${CUDA_HOME:-}" ]; then
     command -v nvcc >/dev/null || { log "no nvcc on PATH and no CUDA_HOME: install the CUDA toolkit"; exit 1; }
     # nvcc may be a wrapper script (e.g. /usr/local/bin/nvcc), so ask it where its toolkit is.
-    CUDA_HOME="$(realpath "$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p')/..")"
+    CUDA_HOME="$(realpath "$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p')")"
 fi
 export CUDA_HOME
 log "torch $("$PY" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)'), nvcc $("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') in $CUDA_HOME, TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
