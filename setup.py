@@ -119,6 +119,9 @@ def make_extension():
     build_hash = load_build_hash_module()
     libraries, notes = optional_libraries()
     sources = [str(p.relative_to(ROOT)) for p in build_hash.native_sources(CSRC)]
+    moved = [s for s in SOURCES_NEEDING if s not in sources]
+    if moved:
+        sys.exit(f'setup.py: SOURCES_NEEDING names {moved}, which are gone; update it')
     sources = [s for s in sources if set(SOURCES_NEEDING.get(s, ())) <= libraries.keys()]
     cpp_sources = [s for s in sources if s.endswith('.cpp')]
     cuda_sources = [s for s in sources if s.endswith('.cu')]

@@ -29,7 +29,8 @@ export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 log() { echo "[check_cuda_build] $*"; }
 
 if [ ! -x "$VENV/bin/python" ]; then
-    log "creating $VENV (CUDA build of torch; the pip config's find-links to the local CPU wheel is cleared)"
+    # The pip config's find-links point at the local CPU-only torch wheel: cleared for this venv.
+    log "creating $VENV with a CUDA build of torch"
     python3 -m venv "$VENV"
     PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null "$VENV/bin/pip" install torch==2.13.0 numpy ninja \
         'setuptools<82' wheel
@@ -37,12 +38,18 @@ fi
 PY="$VENV/bin/python"
 export PATH="$VENV/bin:$PATH"  # torch's BuildExtension looks for ninja on PATH
 if [ -z "${CUDA_HOME:-}" ]; then
-    command -v nvcc >/dev/null || { log "no nvcc on PATH and no CUDA_HOME: install the CUDA toolkit"; exit 1; }
+    if ! command -v nvcc >/dev/null; then
+        log "no nvcc on PATH and no CUDA_HOME: install the CUDA toolkit"
+        exit 1
+    fi
     # nvcc may be a wrapper script (e.g. /usr/local/bin/nvcc), so ask it where its toolkit is.
-    CUDA_HOME="$(realpath "$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p')")"
+    TOP="$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p')"
+    CUDA_HOME="$(realpath "$TOP")"
 fi
 export CUDA_HOME
-log "torch $("$PY" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)'), nvcc $("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') in $CUDA_HOME, TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
+TORCH="$("$PY" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)')"
+NVCC="$("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+log "torch $TORCH, nvcc $NVCC in $CUDA_HOME, TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
 
 WORK="$(mktemp -d /tmp/mmdet_ext-cuda-check.XXXXXX)"
 if [ "${KEEP:-0}" != 1 ]; then trap 'rm -rf "$WORK"' EXIT; fi
@@ -88,8 +95,8 @@ def cuda_ops(csrc: Path) -> dict[str, str]:
     ops = {}
     for path in sorted(p for p in csrc.rglob('*') if p.suffix in ('.cu', '.cpp')):
         text = path.read_text()
-        for block in re.finditer(r'TORCH_LIBRARY_IMPL\(\s*mmdet_ext\s*,\s*CUDA\s*,\s*(\w+)\s*\)\s*\{',
-                                 text):
+        pattern = r'TORCH_LIBRARY_IMPL\(\s*mmdet_ext\s*,\s*CUDA\s*,\s*(\w+)\s*\)\s*\{'
+        for block in re.finditer(pattern, text):
             depth, end = 1, block.end()
             while depth and end < len(text):
                 depth += {'{': 1, '}': -1}.get(text[end], 0)
