@@ -36,7 +36,8 @@ def _outline(rng: np.random.Generator, centre: np.ndarray, radius: float) -> np.
 
 
 def _instance(rng: np.random.Generator, height: int, width: int) -> Polygon:
-    radius = np.exp(rng.uniform(np.log(16), np.log(500))) / 2
+    largest = min(500, 0.9 * min(height, width))  # sizes are for 1333x800; tiny images too
+    radius = np.exp(rng.uniform(np.log(16), np.log(largest))) / 2
     centre = rng.uniform([radius, radius], [width - radius, height - radius])
     parts = [_outline(rng, centre, radius)]
     if rng.random() < 1 / 6:

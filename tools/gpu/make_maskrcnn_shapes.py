@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mmdet.registry import MODELS
 from mmdet.utils import register_all_modules
-from mmengine.config import Config
+from mmengine.hub import get_config
 
 CONFIG = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
 OUT = Path(__file__).with_name('maskrcnn_r50_fpn_shapes.json')
@@ -21,7 +21,7 @@ OUT = Path(__file__).with_name('maskrcnn_r50_fpn_shapes.json')
 
 def main() -> None:
     register_all_modules()
-    cfg = Config.fromfile(CONFIG)
+    cfg = get_config(CONFIG)
     model = MODELS.build(cfg.model)  # init_weights() is not called: no pretrained download
     model.train()  # ResNet freezes its stem and first stage (frozen_stages=1) in train()
     parameters = dict(model.named_parameters())
@@ -33,7 +33,8 @@ def main() -> None:
                             kind='parameter' if is_parameter else 'buffer',
                             requires_grad=bool(is_parameter and parameters[name].requires_grad)))
     source = f'mmdet {metadata.version("mmdet")} {CONFIG}, built on CPU, model.train()'
-    OUT.write_text(json.dumps(dict(source=source, tensors=tensors), indent=0) + '\n')
+    lines = ',\n'.join(json.dumps(t) for t in tensors)  # a tensor a line: readable diffs
+    OUT.write_text(f'{{"source": {json.dumps(source)},\n"tensors": [\n{lines}\n]}}\n')
     trainable = sum(v.numel() for v in parameters.values() if v.requires_grad)
     print(f'{OUT}: {len(tensors)} tensors, {sum(p.numel() for p in parameters.values()):,} '
           f'parameters ({trainable:,} trainable)')

@@ -1,4 +1,5 @@
 """The harness's one table, and the machine/software lines printed above it."""
+import os
 import platform
 import subprocess
 from dataclasses import dataclass
@@ -34,10 +35,13 @@ def table(rows: list[Row]) -> str:
     header = ['measurement', 'variant', 'time', 'peak GPU memory', 'notes']
     cells = [[r.measurement, r.variant, r.time, r.memory, r.notes] for r in rows]
     widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header))]
-    right = {2, 3}  # numbers
-    line = lambda row: '| ' + ' | '.join(  # noqa: E731
-        c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))) + ' |'
-    rule = '|' + '|'.join(('-' * (w + 1) + ':') if i in right else '-' * (w + 2)
+    numbers = {2, 3}  # right-aligned
+
+    def line(row: list[str]) -> str:
+        return '| ' + ' | '.join(cell.rjust(w) if i in numbers else cell.ljust(w)
+                                 for i, (cell, w) in enumerate(zip(row, widths))) + ' |'
+
+    rule = '|' + '|'.join('-' * (w + 1) + ':' if i in numbers else '-' * (w + 2)
                           for i, w in enumerate(widths)) + '|'
     return '\n'.join([line(header), rule, *map(line, cells)])
 
@@ -71,14 +75,13 @@ def _driver() -> str:
 
 def device_name() -> str:
     if not torch.cuda.is_available():
-        return f'{NO_CUDA} (CPU: {_cpu_name()})'
+        return NO_CUDA
     props = torch.cuda.get_device_properties(0)
     return f'{props.name}, {props.total_memory / 2 ** 30:.0f} GiB, driver {_driver()}'
 
 
 def environment_lines(mmcv_ops: str) -> list[str]:
     """Device and software, one fact a line: what a reader needs to compare two runs."""
-    import os
     return [
         f'Device: {device_name()}',
         f'CPU: {_cpu_name()}, {os.cpu_count()} logical cores',

@@ -10,6 +10,7 @@ warm-up; collation happens beforehand, as in a DataLoader worker. Peak memory: t
 memory allocated during the timed steps, model and optimizer included.
 """
 import copy
+import logging
 
 import numpy as np
 import torch
@@ -17,7 +18,8 @@ from mmdet.datasets.transforms import PackDetInputs
 from mmdet.registry import MODELS
 from mmdet.structures.bbox import HorizontalBoxes
 from mmdet.utils import register_all_modules
-from mmengine.config import Config
+from mmengine.hub import get_config
+from mmengine.logging import MMLogger
 from mmengine.dataset import pseudo_collate
 from mmengine.optim import OptimWrapper
 
@@ -53,7 +55,7 @@ def packed_sample(image: AnnotatedImage, index: int, make_masks) -> dict:
 
 
 def build_model(preprocessor: str, device: str, state: dict = None) -> torch.nn.Module:
-    cfg = Config.fromfile(CONFIG)
+    cfg = get_config(CONFIG)
     cfg.model.backbone.init_cfg = None  # no internet: random weights, the same for both variants
     cfg.model.data_preprocessor.type = preprocessor
     model = MODELS.build(cfg.model)
@@ -75,7 +77,7 @@ def run_variant(name: str, images: list, device: str, state: dict, warmup: int,
     batches = iter([collate(samples) for _ in range(warmup + repeat)])
     step = lambda: model.train_step(next(batches), optim)  # noqa: E731
     torch.manual_seed(0)  # the samplers draw the same proposals in both variants
-    first = {k: float(v) for k, v in step().items()}
+    first = {k: float(v.detach()) for k, v in step().items()}
     for _ in range(warmup - 1):
         step()
     if device == 'cuda':
@@ -94,6 +96,7 @@ def measure(device: str, mmcv_cuda_ops: bool, num_images: int = 2, height: int =
         return [skipped(MEASUREMENT, name, 'mmcv ops not built with CUDA (RoIAlign, nms); '
                         'bash tools/gpu/build_mmcv_ops.sh') for name in VARIANTS]
     register_all_modules()
+    MMLogger.get_current_instance().setLevel(logging.WARNING)  # no per-parameter init report
     images = coco_like_images(num_images, height, width)
     state = copy.deepcopy(build_model('DetDataPreprocessor', 'cpu').state_dict())
     results = {}
