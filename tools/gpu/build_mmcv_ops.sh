@@ -40,8 +40,9 @@ build_wheel() {
     export FORCE_CUDA=0 CUDA_VISIBLE_DEVICES=
   fi
   log "building mmcv 2.1.0 with $kind ops, MAX_JOBS=${MAX_JOBS:-16} ($(date +%T))"
-  (cd "$src" && MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-16} python3 -m pip wheel --no-deps \
-    --no-build-isolation --no-index -w "$work/dist" .)
+  # --verbose: the compiler's lines reach build.log, and with them the progress --wait shows.
+  (cd "$src" && MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-16} python3 -m pip wheel --verbose \
+    --no-deps --no-build-isolation --no-index -w "$work/dist" .)
 }
 
 build_detached() {
@@ -87,8 +88,8 @@ fi
 [ "${1:-}" = --wait ] || exit 0
 
 while building; do
-  # ninja prints [done/total] per compiled file: the line says how far it is.
-  progress=$(grep -o '^\[[0-9]*/[0-9]*\]' "$log_file" | tail -n 1 || true)
+  # ninja prints [done/total] per compiled file (pip indents it): how far it is.
+  progress=$(grep -o '^ *\[[0-9]*/[0-9]*\]' "$log_file" | tail -n 1 | tr -d ' ' || true)
   log "building ${progress:-(preparing)} ... $(date +%T)"
   sleep 30
 done

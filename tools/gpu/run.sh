@@ -5,8 +5,9 @@
 #
 # 1. installs, offline, the carried wheels (tools/gpu/wheels, made by fetch_wheels.sh) of what
 #    the machine lacks: only the ones not installed at the pinned version;
-# 2. builds mmcv 2.1.0's compiled ops once, detached, and waits for it (build_mmcv_ops.sh);
-# 3. builds mmdet_ext in place, with its CUDA sources when torch is a CUDA build and nvcc exists;
+# 2. starts building mmcv 2.1.0's compiled ops, detached (build_mmcv_ops.sh);
+# 3. builds mmdet_ext in place meanwhile, with its CUDA sources when torch is a CUDA build and
+#    nvcc exists, then waits for mmcv and installs it;
 # 4. runs tools/gpu/harness.py: one table on stdout, and benchmarks/results/gpu.md on CUDA.
 #
 # Every step skips what is already done, so after an interruption (a 10-minute command limit,
@@ -47,15 +48,16 @@ if [ -n "$missing" ]; then
   python3 -m pip install --quiet --no-index --no-deps --find-links "$wheels" $missing
 fi
 
-# 2. mmcv with compiled ops (mmdet and mmdet_ext import mmcv.ops).
-bash tools/gpu/build_mmcv_ops.sh --wait
+# 2. mmcv with compiled ops (mmdet and mmdet_ext import mmcv.ops), in the background.
+bash tools/gpu/build_mmcv_ops.sh
 
-# 3. mmdet_ext, in place (editable), so the harness measures this checkout.
+# 3. mmdet_ext, in place (editable), so the harness measures this checkout; then mmcv.
 if python3 -c "import torch, sys; sys.exit(not torch.version.cuda)" && command -v nvcc >/dev/null; then
   export FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 fi
 log "building mmdet_ext (FORCE_CUDA=${FORCE_CUDA:-0})"
 python3 -m pip install --quiet --no-deps --no-build-isolation -e .
+bash tools/gpu/build_mmcv_ops.sh --wait
 log "installs and builds took ${SECONDS} s"
 
 # 4. The measurements.
