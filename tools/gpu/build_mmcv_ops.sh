@@ -47,12 +47,7 @@ build_wheel() {
 
 build_detached() {
   cd "$work"
-  # mmcv's setup.py imports pkg_resources, which setuptools 82 removed: a private older copy.
-  if ! python3 -c "import pkg_resources" 2>/dev/null; then
-    python3 -m pip install --quiet --no-index --no-deps --target "$work/setuptools" \
-      "$wheels"/setuptools-*.whl
-    export PYTHONPATH=$work/setuptools${PYTHONPATH:+:$PYTHONPATH}
-  fi
+  source "$repo_root/tools/gpu/pkg_resources.sh"  # mmcv's setup.py imports pkg_resources
   local kind=cpu
   if command -v nvcc >/dev/null && python3 -c "import torch, sys; sys.exit(not torch.version.cuda)"; then
     kind=cuda

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Downloads, on a machine that reaches PyPI, what tools/gpu/run.sh installs on the GPU machine
 # (which has no internet): cp312 manylinux wheels of tools/gpu/requirements.txt, mmcv 2.1.0's
-# source (no cp312 wheel exists; build_mmcv_ops.sh builds it there) and setuptools<82 (mmcv's
-# setup.py imports pkg_resources). No torch, torchvision or nvidia-*: the image has its own.
+# source (no cp312 wheel exists; build_mmcv_ops.sh builds it there) and setuptools 81 (mmcv's
+# setup.py and mmengine import pkg_resources, which setuptools 82 dropped). No torch,
+# torchvision or nvidia-*: the image has its own.
 #
 #   bash tools/gpu/fetch_wheels.sh [DEST]      # DEST defaults to tools/gpu/wheels (git-ignored)
 #

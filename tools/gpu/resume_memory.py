@@ -56,7 +56,6 @@ class ResumeProbe(Hook):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-            self.result['before'] = torch.cuda.memory_allocated()
             self.result['model'] = device_bytes(runner.model.parameters(), runner.model.buffers())
         self._start = time.perf_counter()
 

@@ -47,6 +47,7 @@ if [ -n "$missing" ]; then
   # shellcheck disable=SC2086  # one argument per requirement
   python3 -m pip install --quiet --no-index --no-deps --find-links "$wheels" $missing
 fi
+source tools/gpu/pkg_resources.sh  # mmengine and mmcv's setup.py import pkg_resources
 
 # 2. mmcv with compiled ops (mmdet and mmdet_ext import mmcv.ops), in the background.
 bash tools/gpu/build_mmcv_ops.sh
