@@ -47,9 +47,9 @@ build_wheel() {
 
 build_detached() {
   cd "$work"
-  source "$repo_root/tools/gpu/pkg_resources.sh"  # mmcv's setup.py imports pkg_resources
+  source "$repo_root/tools/gpu/build_env.sh"  # pkg_resources for mmcv's setup.py
   local kind=cpu
-  if command -v nvcc >/dev/null && python3 -c "import torch, sys; sys.exit(not torch.version.cuda)"; then
+  if can_build_cuda; then
     kind=cuda
   fi
   if ! build_wheel "$kind"; then
@@ -74,7 +74,8 @@ if mmcv_has_ops; then
 fi
 if ! building && ! ls "$work"/dist/mmcv-*.whl >/dev/null 2>&1; then
   [ -f "$wheels"/mmcv-2.1.0.tar.gz ] ||
-    { log "no $wheels/mmcv-2.1.0.tar.gz: run tools/gpu/fetch_wheels.sh where PyPI is reachable"; exit 1; }
+    { log "no $wheels/mmcv-2.1.0.tar.gz: run tools/gpu/fetch_wheels.sh where PyPI is reachable"
+      exit 1; }
   rm -f "$work/result"
   setsid nohup bash "${BASH_SOURCE[0]}" --detached >"$log_file" 2>&1 </dev/null &
   echo $! >"$work/pid"
@@ -88,7 +89,8 @@ while building; do
   log "building ${progress:-(preparing)} ... $(date +%T)"
   sleep 30
 done
-if [ "$(cat "$work/result" 2>/dev/null)" = failed ] || ! ls "$work"/dist/mmcv-*.whl >/dev/null 2>&1; then
+if [ "$(cat "$work/result" 2>/dev/null)" = failed ] ||
+   ! ls "$work"/dist/mmcv-*.whl >/dev/null 2>&1; then
   tail -n 40 "$log_file"
   log "mmcv build failed; full log: $log_file"
   exit 1

@@ -15,7 +15,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 dest=${1:-$here/wheels}
 limit=$((64 * 1024 * 1024))
 log() { printf '[fetch_wheels] %s\n' "$*"; }
-download() { python3 -m pip download --quiet --disable-pip-version-check --no-deps -d "$dest" "$@"; }
+download() {
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps -d "$dest" "$@"
+}
 
 mkdir -p "$dest"
 # One version of each package: with two, pip's offline install refuses the folder.

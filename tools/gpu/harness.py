@@ -73,8 +73,8 @@ def markdown(lines: list[str], rows: list[Row], command: str) -> str:
     today = datetime.date.today().isoformat()
     return '\n'.join([
         '# GPU measurements', '',
-        f'Command: `{command}` (from the repository root), {today}. '
-        'How to read it: [docs/gpu.md](../../docs/gpu.md).', '',
+        (f'Command: `{command}` (from the repository root), {today}. '
+         'How to read it: [docs/gpu.md](../../docs/gpu.md).'), '',
         *[f'- {line}' for line in lines], '',
         table(rows), '',
     ])

@@ -16,6 +16,8 @@ Every variant's targets are compared pixel by pixel with those of mmdet's two pa
 BitmapMasks (full-image raster, then roi_align) and PolygonMasks (polygons cropped and scaled,
 then rasterised at 28x28) do not agree with each other exactly.
 """
+import functools
+
 import numpy as np
 import torch
 from mmdet.structures.mask import BitmapMasks, PolygonMasks
@@ -110,7 +112,7 @@ def measure(num_images: int = 8, rois: int = 128, height: int = 800, width: int 
                 rows.append(skipped(MEASUREMENT, variant, 'mmcv ops not built with CUDA '
                                     '(its roi_align runs this path on the GPU)'))
                 continue
-            fn = lambda: batch.targets(structure, device)  # noqa: E731
+            fn = functools.partial(batch.targets, structure, device)
             seconds = median_seconds(fn, device, repeat, warmup)
             outputs = fn()
             wrong_device = [t.device.type for t in outputs if t.device.type != device]

@@ -67,7 +67,7 @@ def _cpu_name() -> str:
 def _driver() -> str:
     try:
         out = subprocess.run(['nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader'],
-                             capture_output=True, text=True, timeout=30).stdout.strip()
+                             capture_output=True, text=True, timeout=30, check=False).stdout.strip()
         return out.splitlines()[0] if out else 'unknown'
     except (OSError, subprocess.SubprocessError):
         return 'unknown'
@@ -85,8 +85,8 @@ def environment_lines(mmcv_ops: str) -> list[str]:
     return [
         f'Device: {device_name()}',
         f'CPU: {_cpu_name()}, {os.cpu_count()} logical cores',
-        f'Python {platform.python_version()}, torch {torch.__version__} '
-        f'(CUDA {torch.version.cuda or "none"}), mmengine {_version("mmengine")}, '
-        f'mmcv {_version("mmcv")} ({mmcv_ops}), mmdet {_version("mmdet")}, '
-        f'numpy {_version("numpy")}',
+        (f'Python {platform.python_version()}, torch {torch.__version__} '
+         f'(CUDA {torch.version.cuda or "none"}), mmengine {_version("mmengine")}, '
+         f'mmcv {_version("mmcv")} ({mmcv_ops}), mmdet {_version("mmdet")}, '
+         f'numpy {_version("numpy")}'),
     ]

@@ -81,11 +81,12 @@ def device_bytes(*tensor_groups) -> int:
         for tensor in group:
             if tensor.is_cuda:
                 storage = tensor.untyped_storage()
-                blocks[storage.data_ptr()] = -(-storage.nbytes() // ALLOCATOR_BLOCK) * ALLOCATOR_BLOCK
+                rounded_up = -(-storage.nbytes() // ALLOCATOR_BLOCK) * ALLOCATOR_BLOCK
+                blocks[storage.data_ptr()] = rounded_up
     return sum(blocks.values())
 
 
-def build_runner(work_dir: Path, probe: Hook, resume_from: Path = None,
+def build_runner(work_dir: Path, probe: Hook, resume_from: Path | None = None,
                  plugin: bool = False) -> Runner:
     """mmdet's Mask R-CNN schedule (SGD, lr 0.02, momentum 0.9, wd 1e-4, linear warm-up);
     one iteration, a checkpoint after it."""
@@ -143,7 +144,7 @@ def resume(work_dir: Path, variant: str) -> dict:
 def _child(args: list[str], env: dict) -> dict:
     """Run this file in a fresh process; its result (``{'error': ...}`` when it failed)."""
     proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=600)
+                          env={**os.environ, **env}, timeout=600, check=False)
     for text in reversed(proc.stdout.splitlines()):
         if text.startswith(RESULT_PREFIX):
             return json.loads(text[len(RESULT_PREFIX):])

@@ -42,18 +42,19 @@ for line in open(sys.argv[1]):
 PY
 )
 if [ -n "$missing" ]; then
-  [ -d "$wheels" ] || { log "no $wheels: run tools/gpu/fetch_wheels.sh where PyPI is reachable"; exit 1; }
+  [ -d "$wheels" ] ||
+    { log "no $wheels: run tools/gpu/fetch_wheels.sh where PyPI is reachable"; exit 1; }
   log "installing from $wheels: $(echo $missing)"
   # shellcheck disable=SC2086  # one argument per requirement
   python3 -m pip install --quiet --no-index --no-deps --find-links "$wheels" $missing
 fi
-source tools/gpu/pkg_resources.sh  # mmengine and mmcv's setup.py import pkg_resources
+source tools/gpu/build_env.sh  # pkg_resources for mmengine and mmcv's setup.py; can_build_cuda
 
 # 2. mmcv with compiled ops (mmdet and mmdet_ext import mmcv.ops), in the background.
 bash tools/gpu/build_mmcv_ops.sh
 
 # 3. mmdet_ext, in place (editable), so the harness measures this checkout; then mmcv.
-if python3 -c "import torch, sys; sys.exit(not torch.version.cuda)" && command -v nvcc >/dev/null; then
+if can_build_cuda; then
   export FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 fi
 log "building mmdet_ext (FORCE_CUDA=${FORCE_CUDA:-0})"

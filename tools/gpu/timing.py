@@ -2,7 +2,7 @@
 import gc
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

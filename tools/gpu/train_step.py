@@ -54,7 +54,7 @@ def packed_sample(image: AnnotatedImage, index: int, make_masks) -> dict:
     return PackDetInputs().transform(results)
 
 
-def build_model(preprocessor: str, device: str, state: dict = None) -> torch.nn.Module:
+def build_model(preprocessor: str, device: str, state: dict | None = None) -> torch.nn.Module:
     cfg = get_config(CONFIG)
     cfg.model.backbone.init_cfg = None  # no internet: random weights, the same for both variants
     cfg.model.data_preprocessor.type = preprocessor
@@ -75,7 +75,10 @@ def run_variant(name: str, images: list, device: str, state: dict, warmup: int,
                                          weight_decay=0.0001))
     samples = [packed_sample(image, k, make_masks) for k, image in enumerate(images)]
     batches = iter([collate(samples) for _ in range(warmup + repeat)])
-    step = lambda: model.train_step(next(batches), optim)  # noqa: E731
+
+    def step() -> dict:
+        return model.train_step(next(batches), optim)
+
     torch.manual_seed(0)  # the samplers draw the same proposals in both variants
     first = {k: float(v.detach()) for k, v in step().items()}
     for _ in range(warmup - 1):
