@@ -3,14 +3,21 @@
     pip install --no-build-isolation -e .      (tools/install_deps.sh does this for you)
 
 OpenCV and libjpeg come from the system (Debian's libopencv-dev and libjpeg62-turbo-dev, the
-libjpeg OpenCV links), found with pkg-config. CUDA sources (csrc/**/*.cu) are compiled only when
-building for CUDA: FORCE_CUDA=1, or a CUDA build of torch with nvcc available.
+libjpeg OpenCV links), found with pkg-config. Both are optional: without them the extension is
+built all the same, and the ops that need them (decode_image, warp_image) raise an error saying
+what to install. MMDET_EXT_WITH_OPENCV / MMDET_EXT_WITH_LIBJPEG: 0 builds without the library even
+when it is there, 1 fails the build when it is not, unset uses it when found.
+
+CUDA sources (csrc/**/*.cu) are compiled only when building for CUDA: FORCE_CUDA=1, or a CUDA
+build of torch with nvcc available. TORCH_CUDA_ARCH_LIST picks the GPU architectures (torch's
+default: those of the GPUs it sees). docs/build.md has the details.
 """
 import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 from setuptools import find_packages, setup
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
@@ -19,6 +26,25 @@ import torch
 ROOT = Path(__file__).resolve().parent
 CSRC = ROOT / 'csrc'
 OPENCV_MODULES = ('opencv_core', 'opencv_imgproc', 'opencv_imgcodecs')
+APT_PACKAGES = {'opencv4': 'libopencv-dev', 'libjpeg': 'libjpeg62-turbo-dev'}
+# Sources that need optional libraries: compiled only when all of theirs were found. The files that
+# register the ops built on them (io/decode_image.cpp, transforms/warp_image.cpp) register a kernel
+# that raises instead (csrc/optional_libraries.h); the macros below tell them which.
+SOURCES_NEEDING = {
+    'csrc/io/image_decoder.cpp': ('opencv4', 'libjpeg'),
+    'csrc/io/jpeg_decoder.cpp': ('opencv4', 'libjpeg'),
+    'csrc/io/exif_orientation.cpp': ('opencv4', 'libjpeg'),
+}
+# Each library's environment switch, and the C++ macro defined when it is built with.
+SWITCHES = {'opencv4': 'MMDET_EXT_WITH_OPENCV', 'libjpeg': 'MMDET_EXT_WITH_LIBJPEG'}
+# nvcc: --fmad=false because the CUDA mask kernels must be bit-exact with the CPU ones, and
+# contracting a*b+c into one FMA rounds once instead of twice.
+NVCC_FLAGS = ['-O3', '--fmad=false', '-std=c++20']
+# -O3 unless CFLAGS sets the optimisation level (the sanitizer builds take -O1, the test of a build
+# without OpenCV -O0): CFLAGS come first on the command line, so an -O here would override them.
+CXX_FLAGS = ['-std=c++20', '-fvisibility=hidden']
+if not any(flag.startswith('-O') for flag in os.environ.get('CFLAGS', '').split()):
+    CXX_FLAGS.insert(0, '-O3')
 
 
 def load_build_hash_module():
@@ -28,32 +54,57 @@ def load_build_hash_module():
     return module
 
 
-APT_PACKAGES = {'opencv4': 'libopencv-dev', 'libjpeg': 'libjpeg62-turbo-dev'}
-
-
-def pkg_config(*args: str, package: str = 'opencv4') -> list[str]:
+def pkg_config(package: str, *args: str) -> Optional[list[str]]:
+    """pkg-config's answer for `package`, split; None when pkg-config or the package is missing."""
     try:
         out = subprocess.run(['pkg-config', *args, package], check=True, capture_output=True,
                              text=True).stdout
-    except (FileNotFoundError, subprocess.CalledProcessError) as err:
-        sys.exit(f'mmdet_ext needs {package} for C++ found by pkg-config ({err}). '
-                 f'On Debian/Ubuntu: apt-get install {APT_PACKAGES[package]} pkg-config')
+    except (FileNotFoundError, subprocess.CalledProcessError):
+        return None
     return out.split()
 
 
-def native_build_flags() -> dict:
-    include_dirs = [flag[2:] for flag in pkg_config('--cflags-only-I')]
-    library_dirs = [flag[2:] for flag in pkg_config('--libs-only-L')]
-    available = {flag[2:] for flag in pkg_config('--libs-only-l')}
-    missing = [m for m in OPENCV_MODULES if m not in available]
-    if missing:
-        sys.exit(f'OpenCV found by pkg-config lacks {missing}; install libopencv-dev')
-    # libjpeg(-turbo): decode_image decodes JPEGs with it directly (csrc/io/jpeg_decoder.cpp)
-    include_dirs += [flag[2:] for flag in pkg_config('--cflags-only-I', package='libjpeg')]
-    library_dirs += [flag[2:] for flag in pkg_config('--libs-only-L', package='libjpeg')]
-    libraries = [*OPENCV_MODULES,
-                 *(flag[2:] for flag in pkg_config('--libs-only-l', package='libjpeg'))]
-    return dict(include_dirs=include_dirs, library_dirs=library_dirs, libraries=libraries)
+def find_library(package: str) -> tuple[Optional[dict], str]:
+    """The build flags and version of a pkg-config `package`, or None and why it is not used.
+
+    Its switch (SWITCHES) set to 0 leaves it out; set to 1, a missing library fails the build.
+    """
+    switch = os.environ.get(SWITCHES[package], '')
+    if switch == '0':
+        return None, f'off ({SWITCHES[package]}=0)'
+    version = pkg_config(package, '--modversion')
+    if version is None:
+        why = f'not found by pkg-config (apt-get install {APT_PACKAGES[package]} pkg-config)'
+    else:
+        flags = dict(include_dirs=[f[2:] for f in pkg_config(package, '--cflags-only-I')],
+                     library_dirs=[f[2:] for f in pkg_config(package, '--libs-only-L')],
+                     libraries=[f[2:] for f in pkg_config(package, '--libs-only-l')])
+        if package != 'opencv4':
+            return flags, version[0]
+        missing = [m for m in OPENCV_MODULES if m not in flags['libraries']]
+        if not missing:
+            flags['libraries'] = list(OPENCV_MODULES)
+            return flags, version[0]
+        why = f'{version[0]} lacks {missing} (apt-get install {APT_PACKAGES[package]})'
+    if switch == '1':
+        sys.exit(f'mmdet_ext: {SWITCHES[package]}=1 but {package} is {why}')
+    return None, why
+
+
+def optional_libraries() -> tuple[dict, dict]:
+    """The optional libraries to build with ({package: flags}) and a word on each for the log.
+
+    libjpeg only with OpenCV: the strict JPEG decoder writes into OpenCV's cv::Mat.
+    """
+    found, notes = {}, {}
+    for package in ('opencv4', 'libjpeg'):
+        flags, notes[package] = find_library(package)
+        if flags is not None:
+            found[package] = flags
+    if 'libjpeg' in found and 'opencv4' not in found:
+        del found['libjpeg']
+        notes['libjpeg'] += ', unused without OpenCV'
+    return found, notes
 
 
 def building_for_cuda() -> bool:
@@ -66,24 +117,34 @@ def building_for_cuda() -> bool:
 
 def make_extension():
     build_hash = load_build_hash_module()
-    sources = build_hash.native_sources(CSRC)
-    cpp_sources = [str(p.relative_to(ROOT)) for p in sources if p.suffix == '.cpp']
-    cuda_sources = [str(p.relative_to(ROOT)) for p in sources if p.suffix == '.cu']
+    libraries, notes = optional_libraries()
+    sources = [str(p.relative_to(ROOT)) for p in build_hash.native_sources(CSRC)]
+    moved = [s for s in SOURCES_NEEDING if s not in sources]
+    if moved:
+        sys.exit(f'setup.py: SOURCES_NEEDING names {moved}, which are gone; update it')
+    sources = [s for s in sources if set(SOURCES_NEEDING.get(s, ())) <= libraries.keys()]
+    cpp_sources = [s for s in sources if s.endswith('.cpp')]
+    cuda_sources = [s for s in sources if s.endswith('.cu')]
     with_cuda = building_for_cuda()
-    native = native_build_flags()
     macros = [('MMDET_EXT_SOURCE_HASH', f'"{build_hash.source_hash(CSRC)}"')]
-    cxx_flags = ['-O3', '-std=c++20', '-fvisibility=hidden']
-    libjpeg_version = pkg_config('--modversion', package='libjpeg')[0]
-    print(f'[mmdet_ext] torch {torch.__version__}, OpenCV {pkg_config("--modversion")[0]} '
-          f'({", ".join(OPENCV_MODULES)}), libjpeg {libjpeg_version}, {len(cpp_sources)} C++ '
-          f'sources, {len(cuda_sources)} CUDA sources, CUDA build: {with_cuda} '
-          f'(torch.version.cuda={torch.version.cuda}, CUDA_HOME={CUDA_HOME})')
+    macros += [(SWITCHES[package], None) for package in libraries]
+    # csrc/ on the include path: sources include each other's headers as "masks/rle.h", wherever
+    # they sit (a kernel in csrc/masks/cuda/ as well).
+    native = dict(include_dirs=[str(CSRC)], library_dirs=[], libraries=[])
+    for flags in libraries.values():
+        for key in native:
+            native[key] += flags[key]
+    cuda = (f'CUDA {torch.version.cuda} (CUDA_HOME={CUDA_HOME}, TORCH_CUDA_ARCH_LIST='
+            f'{os.environ.get("TORCH_CUDA_ARCH_LIST", "unset")})' if with_cuda else 'CPU only')
+    print(f'[mmdet_ext] building mmdet_ext._C: torch {torch.__version__}, {cuda}; '
+          f'OpenCV: {notes["opencv4"]}; libjpeg: {notes["libjpeg"]}; {len(cpp_sources)} C++ + '
+          f'{len(cuda_sources)} CUDA sources')
     if with_cuda:
         macros.append(('MMDET_EXT_WITH_CUDA', None))
         return CUDAExtension('mmdet_ext._C', cpp_sources + cuda_sources, define_macros=macros,
-                             extra_compile_args={'cxx': cxx_flags, 'nvcc': ['-O3']}, **native)
+                             extra_compile_args={'cxx': CXX_FLAGS, 'nvcc': NVCC_FLAGS}, **native)
     return CppExtension('mmdet_ext._C', cpp_sources, define_macros=macros,
-                        extra_compile_args={'cxx': cxx_flags}, **native)
+                        extra_compile_args={'cxx': CXX_FLAGS}, **native)
 
 
 def read_version() -> str:

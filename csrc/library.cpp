@@ -1,5 +1,6 @@
-// Schemas of every tensor op in the mmdet_ext namespace. Kernels live one file per device and
-// register themselves with TORCH_LIBRARY_IMPL, so adding a backend never touches this file.
+// Schemas of every tensor op in the mmdet_ext namespace. Kernels live in each subject's cpu/ and
+// cuda/ folders and register themselves with TORCH_LIBRARY_IMPL, so the dispatcher picks the
+// kernel of the tensors' device and adding a backend never touches this file.
 //
 // Each op's contract (shapes, dtypes, units, the reference it is bit-exact with) is written once,
 // in the docstring of its typed Python wrapper, named beside each schema below.

@@ -5,7 +5,7 @@ native extension, which registers ``torch.ops.mmdet_ext.*``, and registers the p
 transforms, datasets and hooks into mmdet's registries.
 """
 from . import ops
-from ._native import _C
+from ._native import _C, build_info
 from .collate import fast_collate
 from .datasets import AnnotationStore, LazyCocoDataset, StoreError
 from .engine import (AtomicCheckpointHook, CheckpointLoadError, CpuCheckpointLoadHook,
@@ -22,5 +22,5 @@ __all__ = [
     'CpuCheckpointLoadHook', 'ExactResumeHook', 'FastDetDataPreprocessor', 'ImageLoadError',
     'LazyCocoDataset', 'LazyInstanceMasks', 'LoadLazyAnnotations', 'MemoryWatchError',
     'MemoryWatchHook', 'NativeLoadImageFromFile', 'NativeLoadResizeFlip', 'StoreError',
-    'WorkerDefaultsHook', 'fast_collate', 'load_checkpoint_to_cpu'
+    'WorkerDefaultsHook', 'build_info', 'fast_collate', 'load_checkpoint_to_cpu'
 ]

@@ -5,6 +5,7 @@ it is loaded and checked exactly once, whatever is imported first.
 """
 from pathlib import Path
 from types import ModuleType
+from typing import Optional, Union
 
 from ._build_hash import source_hash
 
@@ -35,3 +36,17 @@ def load_extension() -> ModuleType:
 
 
 _C = load_extension()
+
+
+def build_info() -> dict[str, Optional[Union[bool, str]]]:
+    """What the loaded extension was built with (``setup.py`` prints the same when building).
+
+    Keys: ``with_cuda`` (bool: CUDA kernels compiled in), ``cuda_version`` (the CUDA runtime
+    headers compiled against, e.g. ``'13.0'``; None without CUDA), ``torch_version`` (the torch
+    headers compiled against, e.g. ``'2.13.0'``), ``opencv_version`` (e.g. ``'4.6.0'``; None when
+    built without OpenCV, and then ``decode_image`` and ``warp_image`` raise
+    ``NotImplementedError``), ``libjpeg`` (libjpeg-turbo's version, e.g. ``'2.1.5'``; None when
+    built without it, and then ``decode_image`` raises), ``source_hash`` (SHA-256 of the
+    ``csrc/`` sources). docs/build.md says how to get the optional parts.
+    """
+    return _C.build_info()

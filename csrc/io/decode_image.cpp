@@ -1,15 +1,23 @@
 // CPU kernel of mmdet_ext::decode_image: decode_image_to_mat (image_decoder.h) into a tensor that
-// owns the cv::Mat, so the pixels are never copied after decoding.
-#include <memory>
+// owns the cv::Mat, so the pixels are never copied after decoding. A build without OpenCV or
+// libjpeg registers a kernel that says so instead (optional_libraries.h).
 #include <optional>
 
 #include <torch/library.h>
 #include <torch/types.h>
 
+#if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
+#include <memory>
+
 #include "image_decoder.h"
+#else
+#include "optional_libraries.h"
+#endif
 
 namespace mmdet_ext {
 namespace {
+
+#if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
 
 at::Tensor decode_image_cpu(const at::Tensor& data, int64_t flags, int64_t scale_denom,
                             std::optional<int64_t> max_pixels) {
@@ -32,6 +40,18 @@ at::Tensor decode_image_cpu(const at::Tensor& data, int64_t flags, int64_t scale
       decoded->data, {height, width, channels}, [decoded](void*) mutable { decoded.reset(); },
       torch::TensorOptions().dtype(torch::kUInt8));
 }
+
+#else
+
+at::Tensor decode_image_cpu(const at::Tensor&, int64_t, int64_t, std::optional<int64_t>) {
+#ifdef MMDET_EXT_WITH_OPENCV
+  fail_built_without("decode_image", "libjpeg");
+#else
+  fail_built_without("decode_image", "OpenCV");
+#endif
+}
+
+#endif
 
 }  // namespace
 

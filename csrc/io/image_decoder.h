@@ -6,11 +6,16 @@
 // JPEGs go through libjpeg(-turbo) directly (jpeg_decoder.h) so that corrupt entropy-coded data,
 // which libjpeg reports only as a warning and OpenCV decodes into garbage, is an error. The rest
 // goes through cv::imdecode.
+//
+// kDefaultMaxPixels is in every build; decode_image_to_mat only in builds with OpenCV and libjpeg
+// (optional_libraries.h).
 #pragma once
 
 #include <cstdint>
 
+#if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
 #include <opencv2/core/mat.hpp>
+#endif
 
 namespace mmdet_ext {
 
@@ -18,6 +23,8 @@ namespace mmdet_ext {
 // (read through _C.default_max_pixels): the default of decode_image, the header checks, the
 // loading transforms and dataset validation. Below OpenCV's own CV_IO_MAX_IMAGE_PIXELS (2^30).
 constexpr int64_t kDefaultMaxPixels = int64_t{1} << 28;
+
+#if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
 
 // Decodes `size` bytes at `data`. `flags`: cv::ImreadModes (IMREAD_COLOR, IMREAD_GRAYSCALE or
 // IMREAD_UNCHANGED, the first two optionally | IMREAD_IGNORE_ORIENTATION).
@@ -28,5 +35,7 @@ constexpr int64_t kDefaultMaxPixels = int64_t{1} << 28;
 // declared size is checked before decoding, whatever scale_denom; other formats after).
 cv::Mat decode_image_to_mat(const uint8_t* data, int64_t size, int64_t flags,
                             int64_t scale_denom, int64_t max_pixels);
+
+#endif
 
 }  // namespace mmdet_ext

@@ -144,6 +144,16 @@ void check_scans(JpegSession& session, int64_t size) {
 
 }  // namespace
 
+std::string libjpeg_version() {
+#ifdef LIBJPEG_TURBO_VERSION_NUMBER  // MMMmmmppp
+  constexpr int kNumber = LIBJPEG_TURBO_VERSION_NUMBER;
+  return std::to_string(kNumber / 1000000) + "." + std::to_string(kNumber / 1000 % 1000) + "." +
+         std::to_string(kNumber % 1000);
+#else
+  return std::to_string(JPEG_LIB_VERSION);
+#endif
+}
+
 bool is_jpeg(const uint8_t* data, int64_t size) {
   return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
 }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include <opencv2/core/mat.hpp>
 
@@ -19,6 +20,10 @@ struct DecodedJpeg {
   cv::Mat image;        // not yet rotated
   int orientation = 1;  // EXIF orientation as OpenCV reads it (1 = as stored; 0 = none read)
 };
+
+// Version of the libjpeg headers compiled against: libjpeg-turbo's own ("2.1.5"), else the
+// libjpeg API version ("62", "80", ...).
+std::string libjpeg_version();
 
 // The JPEG signature cv::imdecode recognises (SOI followed by a marker).
 bool is_jpeg(const uint8_t* data, int64_t size);

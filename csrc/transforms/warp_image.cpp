@@ -1,16 +1,24 @@
 // CPU kernel of mmdet_ext::warp_image: resize then flip an HxWxC uint8 image in one native call and
 // write it channel-planar (CxHxW), the layout the model takes: PackDetInputs' HWC -> CHW copy then
 // finds the pixels already in place and copies nothing. The arithmetic is OpenCV's (cv::resize,
-// cv::flip), the same calls mmcv.imresize/imflip make.
+// cv::flip), the same calls mmcv.imresize/imflip make. A build without OpenCV registers a kernel
+// that says so instead (optional_libraries.h).
+#include <torch/library.h>
+#include <torch/types.h>
+
+#ifdef MMDET_EXT_WITH_OPENCV
 #include <vector>
 
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
-#include <torch/library.h>
-#include <torch/types.h>
+#else
+#include "optional_libraries.h"
+#endif
 
 namespace mmdet_ext {
 namespace {
+
+#ifdef MMDET_EXT_WITH_OPENCV
 
 // flip: 0 none, 1 horizontal, 2 vertical, 3 diagonal (both), mmcv's direction names in order.
 constexpr int kFlipCodes[] = {0, 1, 0, -1};  // cv::flip's codes for 1..3 (index 0 unused)
@@ -72,6 +80,14 @@ at::Tensor warp_image_cpu(const at::Tensor& image, int64_t out_height, int64_t o
   }
   return out;
 }
+
+#else
+
+at::Tensor warp_image_cpu(const at::Tensor&, int64_t, int64_t, int64_t, int64_t) {
+  fail_built_without("warp_image", "OpenCV");
+}
+
+#endif
 
 }  // namespace
 

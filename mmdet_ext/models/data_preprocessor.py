@@ -7,7 +7,7 @@ from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmdet.models.utils.misc import samplelist_boxtype2tensor
 
 from .._compat import preprocessor_normalizes, preprocessor_swaps_channels
-from ..ops import normalize_batch
+from ..ops import has_kernel, normalize_batch
 from ..registry import MODELS
 from ..rounding import padded_size
 
@@ -23,8 +23,9 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
     preprocessor the padding would hold ``(pad_value - mean) / std`` instead of mmdet's
     ``pad_value``, and every image's ``pad_shape`` would be the batch's. Here the whole batch is
     converted and normalised in one op, then the padding is reset to ``pad_value`` and each image
-    gets its own ``pad_shape`` -- the same tensors and metainfo the list path produces. On CPU
-    that is one native pass (``normalize_batch``) instead of mmdet's six per image.
+    gets its own ``pad_shape`` -- the same tensors and metainfo the list path produces. That is one
+    native pass (``normalize_batch``, on the CPU or, in a CUDA build, on the GPU) instead of
+    mmdet's six per image.
     """
 
     def forward(self, data: dict, training: bool = False) -> dict:
@@ -34,7 +35,7 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
         data = self.cast_data(dict(inputs=data['inputs'], data_samples=data['data_samples']))
         inputs, data_samples = data['inputs'], data['data_samples']
         reverse = preprocessor_swaps_channels(self) and inputs.shape[1] == 3
-        if inputs.device.type == 'cpu' and inputs.dtype == torch.uint8:
+        if inputs.dtype == torch.uint8 and has_kernel('normalize_batch', inputs.device):
             inputs = self._normalize_natively(inputs, reverse, input_shapes)
         else:
             inputs = self._normalize_with_torch(inputs, reverse, input_shapes)
@@ -60,7 +61,8 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
 
     def _normalize_with_torch(self, inputs: torch.Tensor, reverse: bool,
                               input_shapes: list) -> torch.Tensor:
-        """The same with torch ops (GPU, or a float batch from ``to_float32`` pipelines)."""
+        """The same with torch ops (a float batch from ``to_float32`` pipelines, or a device this
+        build has no kernel for)."""
         if reverse:
             inputs = inputs[:, [2, 1, 0], ...]
         inputs = inputs.float()

@@ -2,11 +2,12 @@
 
 One module per subject, mirroring ``csrc/``: ``image`` (decoding, ``csrc/io/``), ``pixels``
 (resize/flip and batch normalisation, ``csrc/transforms/``), ``masks`` (COCO RLE and polygons,
-``csrc/masks/``). In each, an op's wrapper comes first and its fake kernel right after it; the
+``csrc/masks/``); ``devices`` says which devices an op has kernels for in this build. In each, an op's wrapper comes first and its fake kernel right after it; the
 wrapper's docstring is the op's contract (shapes, dtypes, units, reference), and the schema in
 ``csrc/library.cpp`` points to it. The fake kernels let ``torch.compile`` and
 ``torch.library.opcheck`` reason about the ops without running them.
 """
+from .devices import has_kernel
 from .image import IMREAD_FLAGS, SCALE_DENOMS, decode_image
 from .masks import (Polygon, pack_counts, pack_polygons, polygons_crop_and_resize,
                     polygons_to_masks, rle_area, rle_crop_and_resize, rle_decode, rle_decode_batch,
@@ -15,7 +16,7 @@ from .masks import (Polygon, pack_counts, pack_polygons, polygons_crop_and_resiz
 from .pixels import FLIP_CODES, INTERPOLATIONS, normalize_batch, warp_image
 
 __all__ = [
-    'FLIP_CODES', 'IMREAD_FLAGS', 'INTERPOLATIONS', 'SCALE_DENOMS', 'Polygon', 'decode_image',
+    'FLIP_CODES', 'IMREAD_FLAGS', 'INTERPOLATIONS', 'SCALE_DENOMS', 'Polygon', 'decode_image', 'has_kernel',
     'normalize_batch', 'pack_counts', 'pack_polygons', 'polygons_crop_and_resize',
     'polygons_to_masks', 'rle_area', 'rle_crop_and_resize', 'rle_decode', 'rle_decode_batch',
     'rle_encode', 'rle_from_polygons', 'rle_from_string', 'rle_merge', 'rle_to_bbox',

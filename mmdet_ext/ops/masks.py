@@ -6,6 +6,13 @@ coords float64 [2 * points] + part_lengths [P] (coordinates per part) + part_cou
 per instance); ``pack_counts`` / ``pack_polygons`` build them from COCO-style Python objects.
 Masks come back as Tensor[..., H, W] uint8 in {0, 1}, row-major.
 
+Devices: every op runs on the CPU. The ops that run in a training step also have CUDA kernels,
+used when their data (``counts``/``coords``, and ``boxes``) are on a GPU, bit-identical to the
+CPU ones: ``rle_decode``, ``rle_decode_batch``, ``rle_crop_and_resize``, ``polygons_to_masks``,
+``polygons_crop_and_resize`` (kernels: ``csrc/masks/cpu/``, ``csrc/masks/cuda/``). Their index
+tensors (``run_counts``, ``part_lengths``, ``part_counts``, ``inds``) are checked on the host and
+may be on either device; results are on the data's device. ``has_kernel`` tells what a build has.
+
 Every wrapper returns what its op returns except two, which return the Python types their
 pycocotools counterparts return: ``rle_to_string`` gives ``bytes`` (the op: Tensor[L] uint8) and
 ``rle_area`` an ``int`` (the op: a 0-dim int64 tensor).

@@ -1,5 +1,5 @@
-"""Pixel ops of the pipeline: ``warp_image`` (resize + flip), ``normalize_batch`` (kernels:
-``csrc/transforms/``)."""
+"""Pixel ops of the pipeline: ``warp_image`` (resize + flip, CPU), ``normalize_batch`` (CPU and
+CUDA) (kernels: ``csrc/transforms/``)."""
 import torch
 
 from .._native import _C  # noqa: F401  (registers the schemas the fake kernels attach to)
@@ -46,13 +46,15 @@ def _warp_image_fake(image: torch.Tensor, out_height: int, out_width: int, inter
 def normalize_batch(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
                     reverse_channels: bool, image_sizes: torch.Tensor,
                     pad_value: float = 0.0) -> torch.Tensor:
-    """A padded uint8 batch to the detector's float input, in one pass.
+    """A padded uint8 batch to the detector's float input, in one pass, on the batch's device
+    (CPU, or CUDA in a CUDA build: the same bits).
 
     Args:
         images (Tensor[B, C, H, W] uint8): e.g. ``fast_collate``'s batch.
-        mean, std (Tensor[C]): in the output's channel order.
+        mean, std (Tensor[C]): in the output's channel order (any device).
         reverse_channels: BGR -> RGB (or back) before normalising.
-        image_sizes (Tensor[B, 2] int64): each image's (height, width) before padding.
+        image_sizes (Tensor[B, 2] int64): each image's (height, width) before padding (any
+            device; read on the host).
         pad_value: what the padding holds in the output.
 
     Returns:

@@ -43,6 +43,8 @@ def decode_file_bytes(encoded: torch.Tensor, filename: str, color_type: str,
     """
     try:
         return decode_image(encoded, color_type, scale_denom, max_pixels)
+    except NotImplementedError:
+        raise  # a build without OpenCV: the build's fault, not the file's (never a bad sample)
     except RuntimeError as err:
         raise ImageLoadError(f'cannot load {filename}: {err}') from err
 

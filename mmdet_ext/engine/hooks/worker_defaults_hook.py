@@ -25,7 +25,8 @@ def disable_opencv_threads() -> None:
     """Run OpenCV in the calling thread, in the cv2 wheel and in the OpenCV our ops link."""
     cv2.setNumThreads(0)  # as mmengine's env_cfg.mp_cfg.opencv_num_threads=0 does
     # Debian's OpenCV runs on TBB, where 1 thread is serial too and, unlike 0, is what
-    # getNumThreads then reports (with 0 it reports TBB's default concurrency).
+    # getNumThreads then reports (with 0 it reports TBB's default concurrency). A build without
+    # OpenCV has no pool to limit: this does nothing there.
     _C.set_opencv_num_threads(1)
 
 

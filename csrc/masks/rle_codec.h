@@ -1,4 +1,5 @@
-// COCO run-length encoding (RLE) helpers shared by the mask kernels (rle.cpp, polygon.cpp).
+// COCO run-length encoding (RLE) helpers shared by the mask kernels of every device (cpu/, cuda/):
+// argument checks, unpacking, merging and painting, all on the host.
 //
 // An RLE is the list of run lengths of a binary mask read in column-major (Fortran) order,
 // starting with a run of zeros (possibly empty), exactly as pycocotools stores it. Counts are
@@ -59,6 +60,14 @@ void paint_counts(const uint32_t* counts, int64_t num_counts, int64_t height, in
 std::vector<int64_t> read_crop_boxes(const char* op, const at::Tensor& boxes,
                                      const at::Tensor& inds, int64_t num_masks, int64_t out_h,
                                      int64_t out_w);
+
+// Where each run of every RLE starts in its mask (column-major pixel index), [values.size()]:
+// a box or a pixel then finds its runs by binary search instead of walking from the start.
+std::vector<int64_t> run_starts(const PackedCounts& rles);
+
+// mmcv's roi_align refuses boxes with x2 < x1 or y2 < y1; so do the RLE crop kernels. boxes:
+// as read_crop_boxes accepts them.
+void check_ordered_boxes(const char* op, const at::Tensor& boxes);
 
 // 1-D int32 tensor holding `counts`.
 at::Tensor counts_to_tensor(const Counts& counts);

@@ -1,5 +1,5 @@
-// Validation, merging and painting of COCO RLEs, shared by the mask kernels (see rle.h).
-#include "rle.h"
+// Validation, merging and painting of COCO RLEs, shared by the mask kernels (see rle_codec.h).
+#include "rle_codec.h"
 
 #include <algorithm>
 #include <cstring>
@@ -203,7 +203,7 @@ std::vector<int64_t> read_crop_boxes(const char* op, const at::Tensor& boxes,
               out_w);
   TORCH_CHECK(boxes.device().is_cpu() && boxes.dim() == 2 && boxes.size(1) == 4 &&
                   (boxes.scalar_type() == at::kFloat || boxes.scalar_type() == at::kDouble),
-              op, ": expected boxes as a (N, 4) float32 or float64 CPU tensor of x1, y1, x2, y2, "
+              op, ": expected boxes as a (N, 4) float32 or float64 tensor of x1, y1, x2, y2, "
               "got ", boxes.scalar_type(), " with shape ", boxes.sizes());
   if (!boxes.isfinite().all().item<bool>()) {
     const int64_t bad = boxes.isfinite().all(1).logical_not().nonzero()[0][0].item<int64_t>();
@@ -211,7 +211,7 @@ std::vector<int64_t> read_crop_boxes(const char* op, const at::Tensor& boxes,
   }
   TORCH_CHECK(inds.device().is_cpu() && inds.dim() == 1 &&
                   at::isIntegralType(inds.scalar_type(), false) && inds.numel() == boxes.size(0),
-              op, ": expected inds as a 1-D integer CPU tensor with one mask index per box (",
+              op, ": expected inds as a 1-D integer tensor with one mask index per box (",
               boxes.size(0), "), got ", inds.scalar_type(), " with shape ", inds.sizes());
   const at::Tensor values = inds.to(at::kLong).contiguous();
   std::vector<int64_t> index(values.const_data_ptr<int64_t>(),
@@ -221,6 +221,31 @@ std::vector<int64_t> read_crop_boxes(const char* op, const at::Tensor& boxes,
                 " is out of range for ", num_masks, " masks");
   }
   return index;
+}
+
+void check_ordered_boxes(const char* op, const at::Tensor& boxes) {
+  const at::Tensor rois = boxes.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(rois.scalar_type(), "check_ordered_boxes", [&] {
+    const scalar_t* roi = rois.const_data_ptr<scalar_t>();
+    for (int64_t i = 0; i < rois.size(0); ++i) {
+      const scalar_t* b = roi + 4 * i;
+      TORCH_CHECK(b[2] >= b[0] && b[3] >= b[1], op, ": box ", i, " (", b[0], ", ", b[1], ", ",
+                  b[2], ", ", b[3], ") must have x2 >= x1 and y2 >= y1 (mmcv's roi_align "
+                  "refuses negative sizes)");
+    }
+  });
+}
+
+std::vector<int64_t> run_starts(const PackedCounts& rles) {
+  std::vector<int64_t> starts(rles.values.size());
+  for (int64_t r = 0; r < rles.size(); ++r) {
+    int64_t position = 0;
+    for (int64_t j = rles.offsets[r]; j < rles.offsets[r + 1]; ++j) {
+      starts[j] = position;
+      position += rles.values[j];
+    }
+  }
+  return starts;
 }
 
 at::Tensor counts_to_tensor(const Counts& counts) {

@@ -1,6 +1,7 @@
 // CPU kernels of the COCO RLE ops: encode / decode, the compressed string form, merge, area,
 // bounding box, and crop-and-resize for the Mask R-CNN mask head. Results are bit-exact with
-// pycocotools (and, for crop-and-resize, with mmcv's CPU roi_align as mmdet calls it).
+// pycocotools (and, for crop-and-resize, with mmcv's CPU roi_align as mmdet calls it, through
+// the device-neutral ../roi_align_binary.h that the CUDA kernel shares).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,7 +14,8 @@
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
-#include "rle.h"
+#include "../rle_codec.h"
+#include "../roi_align_binary.h"
 
 namespace mmdet_ext {
 namespace {
@@ -212,41 +214,14 @@ at::Tensor rle_to_bbox_cpu(const at::Tensor& counts, int64_t height, int64_t wid
   return out;
 }
 
-// One sampling coordinate of mmcv's CPU roi_align (pre_calc_for_bilinear_interpolate), along
-// one axis; the 2-D weights are products of two of these, as in mmcv.
+// Every sample of one axis of a box, computed once per box: cells share them.
 template <typename T>
-struct AxisSample {
-  bool inside;
-  int low, high;
-  T l, h;  // distance to low and 1 - that
-};
-
-// Sample positions start + p * bin + (i + .5) * bin / grid along one axis of size `size`, in
-// mmcv's exact expression order and types, so rounding matches.
-template <typename T>
-std::vector<AxisSample<T>> axis_samples(T start, T bin, int grid, int pooled, int size) {
-  std::vector<AxisSample<T>> samples;
+std::vector<masks::AxisSample<T>> axis_samples(T start, T bin, int grid, int pooled, int size) {
+  std::vector<masks::AxisSample<T>> samples;
   samples.reserve(static_cast<size_t>(pooled) * grid);
   for (int p = 0; p < pooled; ++p) {
     for (int i = 0; i < grid; ++i) {
-      T y = start + p * bin + static_cast<T>(i + .5f) * bin / static_cast<T>(grid);
-      AxisSample<T> s{};
-      s.inside = !(y < -1.0 || y > size);
-      if (s.inside) {
-        if (y <= 0) {
-          y = 0;
-        }
-        s.low = static_cast<int>(y);
-        if (s.low >= size - 1) {
-          s.high = s.low = size - 1;
-          y = static_cast<T>(s.low);
-        } else {
-          s.high = s.low + 1;
-        }
-        s.l = y - s.low;
-        s.h = 1. - s.l;
-      }
-      samples.push_back(s);
+      samples.push_back(masks::axis_sample<T>(start, bin, grid, p, i, size));
     }
   }
   return samples;
@@ -275,29 +250,17 @@ void decode_window(const uint32_t* runs, const int64_t* starts, int64_t num_runs
   }
 }
 
-// One box of mmdet's BitmapMasks.crop_and_resize: mmcv roi_align(aligned=True,
-// sampling_ratio=0, 'avg', spatial_scale=1) on the 0/1 mask, then >= 0.5. ROIAlignForward is
-// followed line by line in type T (the boxes' dtype, which mmdet also uses for the mask).
+// One box of mmdet's BitmapMasks.crop_and_resize (../roi_align_binary.h), reading only the
+// window of the mask that its samples touch.
 template <typename T>
 void roi_align_binary(const uint32_t* runs, const int64_t* starts, int64_t num_runs,
                       int64_t height, int64_t width, const T* roi, int out_h, int out_w,
                       std::vector<uint8_t>& window, uint8_t* out) {
-  const T offset = static_cast<T>(0.5);
-  const T spatial_scale = 1;
-  const T roi_start_w = roi[0] * spatial_scale - offset;
-  const T roi_start_h = roi[1] * spatial_scale - offset;
-  const T roi_end_w = roi[2] * spatial_scale - offset;
-  const T roi_end_h = roi[3] * spatial_scale - offset;
-  const T roi_width = roi_end_w - roi_start_w;
-  const T roi_height = roi_end_h - roi_start_h;
-  const T bin_size_h = static_cast<T>(roi_height) / static_cast<T>(out_h);
-  const T bin_size_w = static_cast<T>(roi_width) / static_cast<T>(out_w);
-  const int grid_h = static_cast<int>(std::ceil(static_cast<float>(roi_height / out_h)));
-  const int grid_w = static_cast<int>(std::ceil(static_cast<float>(roi_width / out_w)));
-  const T count = std::max(grid_h * grid_w, 1);
-
-  const auto ys = axis_samples<T>(roi_start_h, bin_size_h, grid_h, out_h, height);
-  const auto xs = axis_samples<T>(roi_start_w, bin_size_w, grid_w, out_w, width);
+  const masks::RoiAlignBox<T> box(roi, out_h, out_w);
+  const auto ys = axis_samples<T>(box.start_h, box.bin_h, box.grid_h, out_h,
+                                  static_cast<int>(height));
+  const auto xs = axis_samples<T>(box.start_w, box.bin_w, box.grid_w, out_w,
+                                  static_cast<int>(width));
   int64_t y0 = height, y1 = -1, x0 = width, x1 = -1;
   for (const auto& s : ys) {
     if (s.inside) {
@@ -317,24 +280,12 @@ void roi_align_binary(const uint32_t* runs, const int64_t* starts, int64_t num_r
   }
   decode_window(runs, starts, num_runs, height, y0, y1, x0, x1, window);
   const int64_t ww = x1 - x0 + 1;
-  auto pixel = [&](int y, int x) { return static_cast<T>(window[(y - y0) * ww + (x - x0)]); };
+  auto pixel = [&](int y, int x) { return window[(y - y0) * ww + (x - x0)]; };
+  auto sample_y = [&](int p, int i) { return ys[p * box.grid_h + i]; };
+  auto sample_x = [&](int p, int i) { return xs[p * box.grid_w + i]; };
   for (int ph = 0; ph < out_h; ++ph) {
     for (int pw = 0; pw < out_w; ++pw) {
-      T output_val = 0.;
-      for (int iy = 0; iy < grid_h; ++iy) {
-        const AxisSample<T>& sy = ys[ph * grid_h + iy];
-        for (int ix = 0; ix < grid_w; ++ix) {
-          const AxisSample<T>& sx = xs[pw * grid_w + ix];
-          if (!sy.inside || !sx.inside) {
-            continue;  // mmcv adds 0 * pixel(0, 0) + ... = 0 here
-          }
-          const T w1 = sy.h * sx.h, w2 = sy.h * sx.l, w3 = sy.l * sx.h, w4 = sy.l * sx.l;
-          const T val = w1 * pixel(sy.low, sx.low) + w2 * pixel(sy.low, sx.high) +
-                        w3 * pixel(sy.high, sx.low) + w4 * pixel(sy.high, sx.high);
-          output_val += val;
-        }
-      }
-      out[ph * out_w + pw] = output_val / count >= static_cast<T>(0.5) ? 1 : 0;
+      out[ph * out_w + pw] = masks::roi_align_cell(box, ph, pw, sample_y, sample_x, pixel);
     }
   }
 }
@@ -347,27 +298,15 @@ at::Tensor rle_crop_and_resize_cpu(const at::Tensor& counts, const at::Tensor& r
                                                              width);
   const std::vector<int64_t> mask_index =
       masks::read_crop_boxes(op, boxes, inds, rles.size(), out_h, out_w);
+  masks::check_ordered_boxes(op, boxes);
   const int64_t n = boxes.size(0);
   // Where each run starts, so a box only visits the runs that overlap it.
-  std::vector<int64_t> starts(rles.values.size());
-  for (int64_t r = 0; r < rles.size(); ++r) {
-    int64_t position = 0;
-    for (int64_t j = rles.offsets[r]; j < rles.offsets[r + 1]; ++j) {
-      starts[j] = position;
-      position += rles.values[j];
-    }
-  }
+  const std::vector<int64_t> starts = masks::run_starts(rles);
   const at::Tensor rois = boxes.contiguous();
   at::Tensor out = at::empty({n, out_h, out_w}, at::kByte);
   uint8_t* images = out.mutable_data_ptr<uint8_t>();
   AT_DISPATCH_FLOATING_TYPES(rois.scalar_type(), "rle_crop_and_resize", [&] {
     const scalar_t* roi = rois.const_data_ptr<scalar_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      const scalar_t* b = roi + 4 * i;
-      TORCH_CHECK(b[2] >= b[0] && b[3] >= b[1], op, ": box ", i, " (", b[0], ", ", b[1], ", ",
-                  b[2], ", ", b[3], ") must have x2 >= x1 and y2 >= y1 (mmcv's roi_align "
-                  "refuses negative sizes)");
-    }
     at::parallel_for(0, n, masks::kBoxesPerTask, [&](int64_t begin, int64_t end) {
       std::vector<uint8_t> window;
       for (int64_t i = begin; i < end; ++i) {

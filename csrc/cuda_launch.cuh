@@ -1,0 +1,35 @@
+// What every CUDA kernel host function of mmdet_ext needs: the launch shape, and moving the small
+// host-side index arrays (checked on the host by the same code as on the CPU) to the device.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace mmdet_ext::cuda {
+
+// Threads per block: one block per box or instance walks its polygon edges and columns.
+constexpr int kThreadsPerBlock = 128;
+
+// Blocks for an elementwise grid-stride loop over `n` items (capped: the loop covers the rest).
+inline int blocks_for(int64_t n) {
+  const int64_t blocks = (n + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+}
+
+// int64 copy of `values` on `device`.
+inline at::Tensor to_device(const std::vector<int64_t>& values, const at::Device& device) {
+  return at::tensor(values, at::TensorOptions().dtype(at::kLong)).to(device);
+}
+
+// The CUDA kernels take their pixel data (`data`) and boxes on one GPU; index tensors may be
+// anywhere (they are read on the host).
+inline void check_same_cuda_device(const char* op, const at::Tensor& data,
+                                   const at::Tensor& other, const char* other_name) {
+  TORCH_CHECK(data.is_cuda() && other.is_cuda() && data.device() == other.device(), op,
+              ": expected the data and ", other_name, " on one CUDA device, got ", data.device(),
+              " and ", other.device());
+}
+
+}  // namespace mmdet_ext::cuda

@@ -1,0 +1,160 @@
+// CUDA kernels of the RLE mask ops that run in the training step: decoding to full-size masks
+// (LazyInstanceMasks.to_tensor on a GPU) and the Mask R-CNN targets of crowd RLEs
+// (crop_and_resize). Bit-exact with the CPU kernels: decoding is exact by construction, and the
+// crop runs the device-neutral roi_align of ../roi_align_binary.h. Arguments are checked on the
+// host by the same code as on the CPU (counts arrive as a short list of run lengths).
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "../rle_codec.h"
+#include "../roi_align_binary.h"
+#include "../../cuda_launch.cuh"
+
+namespace mmdet_ext {
+namespace {
+
+// Runs of N RLEs on the device: run j of RLE i starts at starts[j] (column-major pixel index),
+// j in [offsets[i], offsets[i + 1]); odd runs are foreground.
+struct RunsOnDevice {
+  const int64_t* starts;
+  const int64_t* offsets;
+};
+
+// Pixel p of RLE i: the run holding it is the last one starting at or before p (empty runs share
+// their start with the next run, so they are never the last).
+__device__ uint8_t rle_pixel(const RunsOnDevice& runs, int64_t i, int64_t p) {
+  int64_t low = runs.offsets[i], high = runs.offsets[i + 1];  // answer in [low, high)
+  while (high - low > 1) {
+    const int64_t mid = low + (high - low) / 2;
+    if (runs.starts[mid] <= p) {
+      low = mid;
+    } else {
+      high = mid;
+    }
+  }
+  return static_cast<uint8_t>((low - runs.offsets[i]) & 1);
+}
+
+__global__ void decode_kernel(RunsOnDevice runs, int64_t num_masks, int64_t height,
+                              int64_t width, uint8_t* images) {
+  const int64_t area = height * width, total = num_masks * area;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const int64_t i = k / area, y = (k % area) / width, x = k % width;  // row-major output
+    images[k] = rle_pixel(runs, i, x * height + y);
+  }
+}
+
+// Checked RLEs uploaded: starts and offsets as int64 on the device.
+struct UploadedRuns {
+  at::Tensor starts, offsets;
+  RunsOnDevice view() const {
+    return {starts.const_data_ptr<int64_t>(), offsets.const_data_ptr<int64_t>()};
+  }
+};
+
+UploadedRuns upload(const masks::PackedCounts& rles, const at::Device& device) {
+  return {cuda::to_device(masks::run_starts(rles), device),
+          cuda::to_device(rles.offsets, device)};
+}
+
+at::Tensor decode(const UploadedRuns& runs, int64_t num_masks, int64_t height, int64_t width,
+                  const at::TensorOptions& options) {
+  at::Tensor out = at::empty({num_masks, height, width}, options.dtype(at::kByte));
+  if (out.numel() == 0) {
+    return out;
+  }
+  decode_kernel<<<cuda::blocks_for(out.numel()), cuda::kThreadsPerBlock, 0,
+                  c10::cuda::getCurrentCUDAStream()>>>(runs.view(), num_masks, height, width,
+                                                      out.mutable_data_ptr<uint8_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+at::Tensor rle_decode_batch_cuda(const at::Tensor& counts, const at::Tensor& run_counts,
+                                 int64_t height, int64_t width) {
+  constexpr const char* op = "rle_decode_batch";
+  TORCH_CHECK(counts.is_cuda(), op, ": expected counts on a CUDA device, got ", counts.device());
+  const masks::PackedCounts rles =
+      masks::read_packed_counts(op, counts.cpu(), run_counts.cpu(), height, width);
+  const c10::cuda::CUDAGuard guard(counts.device());
+  return decode(upload(rles, counts.device()), rles.size(), height, width, counts.options());
+}
+
+at::Tensor rle_decode_cuda(const at::Tensor& counts, int64_t height, int64_t width) {
+  const at::Tensor one = at::full({1}, counts.size(0), at::kLong);
+  return rle_decode_batch_cuda(counts, one, height, width)[0];
+}
+
+// Output cell (i, ph, pw) of box i: mmdet's BitmapMasks.crop_and_resize of mask inds[i].
+template <typename T>
+__global__ void crop_and_resize_kernel(const uint8_t* masks_data, int64_t height, int64_t width,
+                                       const T* boxes, const int64_t* mask_of, int64_t num_boxes,
+                                       int out_h, int out_w, uint8_t* out) {
+  const int64_t cells = static_cast<int64_t>(out_h) * out_w, total = num_boxes * cells;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const int64_t i = k / cells;
+    const int ph = static_cast<int>((k % cells) / out_w), pw = static_cast<int>(k % out_w);
+    const masks::RoiAlignBox<T> box(boxes + 4 * i, out_h, out_w);
+    const uint8_t* mask = masks_data + mask_of[i] * height * width;
+    auto sample_y = [&](int p, int s) {
+      return masks::axis_sample<T>(box.start_h, box.bin_h, box.grid_h, p, s,
+                                   static_cast<int>(height));
+    };
+    auto sample_x = [&](int p, int s) {
+      return masks::axis_sample<T>(box.start_w, box.bin_w, box.grid_w, p, s,
+                                   static_cast<int>(width));
+    };
+    auto pixel = [&](int y, int x) { return mask[y * width + x]; };
+    out[k] = masks::roi_align_cell(box, ph, pw, sample_y, sample_x, pixel);
+  }
+}
+
+at::Tensor rle_crop_and_resize_cuda(const at::Tensor& counts, const at::Tensor& run_counts,
+                                    int64_t height, int64_t width, const at::Tensor& boxes,
+                                    const at::Tensor& inds, int64_t out_h, int64_t out_w) {
+  constexpr const char* op = "rle_crop_and_resize";
+  cuda::check_same_cuda_device(op, counts, boxes, "boxes");
+  const at::Tensor boxes_host = boxes.cpu();
+  const masks::PackedCounts rles =
+      masks::read_packed_counts(op, counts.cpu(), run_counts.cpu(), height, width);
+  const std::vector<int64_t> mask_index =
+      masks::read_crop_boxes(op, boxes_host, inds.cpu(), rles.size(), out_h, out_w);
+  masks::check_ordered_boxes(op, boxes_host);
+  const c10::cuda::CUDAGuard guard(counts.device());
+  const int64_t n = boxes.size(0);
+  at::Tensor out = at::empty({n, out_h, out_w}, counts.options().dtype(at::kByte));
+  if (n == 0) {
+    return out;
+  }
+  // Crowd RLEs are few per image, so decoding each once at full size costs less than finding
+  // runs per sample; the samples then read pixels as mmcv's roi_align reads the bitmap.
+  const at::Tensor full = decode(upload(rles, counts.device()), rles.size(), height, width,
+                                 counts.options());
+  const at::Tensor mask_of = cuda::to_device(mask_index, counts.device());
+  const at::Tensor rois = boxes.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(rois.scalar_type(), op, [&] {
+    crop_and_resize_kernel<scalar_t><<<cuda::blocks_for(out.numel()), cuda::kThreadsPerBlock, 0,
+                                       c10::cuda::getCurrentCUDAStream()>>>(
+        full.const_data_ptr<uint8_t>(), height, width, rois.const_data_ptr<scalar_t>(),
+        mask_of.const_data_ptr<int64_t>(), n, static_cast<int>(out_h), static_cast<int>(out_w),
+        out.mutable_data_ptr<uint8_t>());
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mmdet_ext, CUDA, m) {
+  m.impl("rle_decode", &rle_decode_cuda);
+  m.impl("rle_decode_batch", &rle_decode_batch_cuda);
+  m.impl("rle_crop_and_resize", &rle_crop_and_resize_cuda);
+}
+
+}  // namespace mmdet_ext

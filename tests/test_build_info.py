@@ -1,0 +1,127 @@
+"""build_info() describes the build; a build without OpenCV imports and says what it lacks."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import pytest
+import torch
+
+import mmdet_ext
+from mmdet_ext import _C
+from mmdet_ext._build_hash import source_hash
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pkg_config_version(package: str) -> Optional[str]:
+    """The version pkg-config reports for the C++ ``package`` (not the cv2 wheel's), or None."""
+    try:
+        return subprocess.run(['pkg-config', '--modversion', package], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (FileNotFoundError, subprocess.CalledProcessError):
+        return None
+
+
+def test_build_info_describes_this_build():
+    info = mmdet_ext.build_info()
+    assert set(info) == {'with_cuda', 'cuda_version', 'torch_version', 'opencv_version',
+                         'libjpeg', 'source_hash'}
+    assert info['with_cuda'] is _C.with_cuda()
+    if info['with_cuda']:  # torch refuses to build with an nvcc of another major version
+        assert info['cuda_version'].split('.')[0] == torch.version.cuda.split('.')[0]
+    else:
+        assert info['cuda_version'] is None
+    if torch.version.cuda is None:
+        assert info['with_cuda'] is False
+    assert info['torch_version'] == torch.__version__.split('+')[0] == _C.torch_version()
+    # setup.py builds with what pkg-config finds, so this checkout's build has exactly that.
+    assert info['opencv_version'] == _pkg_config_version('opencv4') == _C.opencv_version()
+    assert info['libjpeg'] == (_pkg_config_version('libjpeg') if info['opencv_version'] else None)
+    assert info['source_hash'] == source_hash(REPO_ROOT / 'csrc') == _C.source_hash()
+
+
+# Run in a package copy holding the build under test; an editable install's finder would resolve
+# mmdet_ext._C to the checkout's own build, so it is dropped first.
+PROBE = r'''
+import json, sys
+sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in getattr(f, '__module__', '')]
+import torch
+import mmdet_ext
+from mmdet_ext import _C
+
+
+def error_of(call):
+    try:
+        call()
+    except Exception as err:  # noqa: BLE001 -- the type is what the test checks
+        return [type(err).__name__, isinstance(err, RuntimeError), str(err)]
+    return None
+
+
+mask = torch.zeros(3, 3, dtype=torch.uint8)
+mask[1, 1] = 1
+counts = torch.ops.mmdet_ext.rle_encode(mask)
+_C.set_opencv_num_threads(1)
+print(json.dumps({
+    'file': mmdet_ext.__file__,
+    'info': mmdet_ext.build_info(),
+    'opencv_num_threads': _C.opencv_num_threads(),
+    'decode_image': error_of(lambda: torch.ops.mmdet_ext.decode_image(
+        torch.tensor([0xFF, 0xD8, 0xFF, 0xD9], dtype=torch.uint8), 1)),
+    'warp_image': error_of(lambda: torch.ops.mmdet_ext.warp_image(
+        torch.zeros(4, 4, 3, dtype=torch.uint8), 2, 2, 1, 0)),
+    'rle_counts': counts.tolist(),
+    'rle_roundtrip': torch.equal(torch.ops.mmdet_ext.rle_decode(counts, 3, 3), mask),
+}))
+'''
+
+
+@pytest.fixture(scope='module')
+def no_opencv_probe(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Build the extension with MMDET_EXT_WITH_OPENCV=0 out of tree, import it, probe it."""
+    out = tmp_path_factory.mktemp('no_opencv_build')
+    # -O0 -g0: what is tested is what gets built and registered, and it halves the build time.
+    env = {**os.environ, 'MMDET_EXT_WITH_OPENCV': '0', 'CFLAGS': '-O0 -g0'}
+    build = subprocess.run(
+        [sys.executable, 'setup.py', 'build_ext', '--build-temp', str(out / 'temp'),
+         '--build-lib', str(out / 'lib')], cwd=REPO_ROOT, env=env, capture_output=True,
+        text=True, timeout=1200)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-5000:]
+    assert 'OpenCV: off (MMDET_EXT_WITH_OPENCV=0)' in build.stdout
+    package = out / 'package'
+    shutil.copytree(REPO_ROOT / 'csrc', package / 'csrc')  # the stale-build check runs as well
+    shutil.copytree(REPO_ROOT / 'mmdet_ext', package / 'mmdet_ext',
+                    ignore=shutil.ignore_patterns('*.so', '__pycache__'))
+    for built in (out / 'lib' / 'mmdet_ext').glob('_C*.so'):
+        shutil.copy2(built, package / 'mmdet_ext')
+    probe = subprocess.run([sys.executable, '-c', PROBE], cwd=package, capture_output=True,
+                           text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-5000:]
+    result = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert Path(result['file']).is_relative_to(package), 'the probe imported another mmdet_ext'
+    return result
+
+
+def test_build_without_opencv_imports_and_says_so(no_opencv_probe):
+    info = no_opencv_probe['info']
+    assert info['opencv_version'] is None and info['libjpeg'] is None
+    assert info['source_hash'] == source_hash(REPO_ROOT / 'csrc')
+    assert no_opencv_probe['opencv_num_threads'] is None  # and set_opencv_num_threads is a no-op
+
+
+@pytest.mark.parametrize('op', ['decode_image', 'warp_image'])
+def test_ops_needing_opencv_raise_naming_it(no_opencv_probe, op):
+    error_type, is_runtime_error, message = no_opencv_probe[op]
+    assert error_type == 'NotImplementedError' and is_runtime_error
+    assert message.startswith(f'{op}: this build of mmdet_ext has no OpenCV')
+    assert 'apt-get install libopencv-dev libjpeg62-turbo-dev' in message
+    assert 'pip install --no-build-isolation -e .' in message
+
+
+def test_rle_ops_work_without_opencv(no_opencv_probe):
+    assert no_opencv_probe['rle_counts'] == [4, 1, 4]  # column-major: 4 zeros, the centre, 4 zeros
+    assert no_opencv_probe['rle_roundtrip']
