@@ -180,3 +180,17 @@ def test_polygon_bboxes_start_from_mmdet_bounds():
     lazy = LazyInstanceMasks(items, HEIGHT, WIDTH)
     expected = PolygonMasks(items, HEIGHT, WIDTH).get_bboxes(HorizontalBoxes).numpy()
     np.testing.assert_array_equal(lazy.get_bboxes().numpy(), expected)
+
+
+@pytest.mark.parametrize('device', DEVICES)
+def test_to_tensor_on_device_equals_to_ndarray_and_mmdet(tmp_path, device):
+    """Polygons and plain RLEs are rasterised on the device; the result is to_ndarray's, which
+    is mmdet's PolygonMasks / BitmapMasks to_ndarray per instance."""
+    lazy = _mixed(np.random.default_rng(11), tmp_path)
+    tensor = lazy.to_tensor(torch.float32, device)
+    assert tensor.device.type == device and tensor.dtype == torch.float32
+    expected = lazy.to_ndarray()
+    assert np.array_equal(tensor.cpu().numpy(), expected)
+    for i in range(len(lazy)):
+        assert np.array_equal(expected[i], _one(lazy, i).to_ndarray()[0])
+    assert lazy[[]].to_tensor(torch.uint8, device).shape == (0, HEIGHT, WIDTH)

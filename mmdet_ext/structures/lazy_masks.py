@@ -18,8 +18,8 @@ import torch
 from mmdet.structures.bbox import HorizontalBoxes, get_box_type
 from mmdet.structures.mask import BaseInstanceMasks, BitmapMasks, PolygonMasks
 
-from ..ops import (pack_counts, pack_polygons, polygons_crop_and_resize, rle_area,
-                   rle_crop_and_resize, rle_to_bbox)
+from ..ops import (has_kernel, pack_counts, pack_polygons, polygons_crop_and_resize,
+                   polygons_to_masks, rle_area, rle_crop_and_resize, rle_decode_batch, rle_to_bbox)
 from .polygon_raster import rasterize_polygons
 from .raster_source import RasterSource
 
@@ -179,9 +179,10 @@ class LazyInstanceMasks(BaseInstanceMasks):
         """ndarray[M, out_h, out_w] uint8 of polygon instances, one ``polygons_crop_and_resize``."""
         distinct, rows = _distinct(inds, len(self.items))
         packed = pack_polygons([self.items[i] for i in distinct])
-        return polygons_crop_and_resize(*(t.to(device) for t in packed),
-                                        _box_tensor(boxes).to(device),
-                                        torch.from_numpy(rows).to(device), out_shape).cpu().numpy()
+        run_on = _kernel_device('polygons_crop_and_resize', device)
+        return polygons_crop_and_resize(*(t.to(run_on) for t in packed),
+                                        _box_tensor(boxes).to(run_on),
+                                        torch.from_numpy(rows).to(run_on), out_shape).cpu().numpy()
 
     def _rle_targets(self, boxes: np.ndarray, inds: np.ndarray, out_shape,
                      device: torch.device) -> np.ndarray:
@@ -189,9 +190,10 @@ class LazyInstanceMasks(BaseInstanceMasks):
         ``rle_crop_and_resize``."""
         distinct, rows = _distinct(inds, len(self.items))
         counts, run_counts = pack_counts([self.items[i].counts() for i in distinct])
-        return rle_crop_and_resize(counts.to(device), run_counts.to(device), self.height,
-                                   self.width, _box_tensor(boxes).to(device),
-                                   torch.from_numpy(rows).to(device), out_shape).cpu().numpy()
+        run_on = _kernel_device('rle_crop_and_resize', device)
+        return rle_crop_and_resize(counts.to(run_on), run_counts.to(run_on), self.height,
+                                   self.width, _box_tensor(boxes).to(run_on),
+                                   torch.from_numpy(rows).to(run_on), out_shape).cpu().numpy()
 
     def _bitmap_targets(self, boxes: np.ndarray, inds: np.ndarray, out_shape,
                         device: torch.device, interpolation: str, binarize: bool) -> np.ndarray:
@@ -212,15 +214,45 @@ class LazyInstanceMasks(BaseInstanceMasks):
                                                    self.height, self.width)
         for i, item in enumerate(self.items):
             if isinstance(item, RasterSource):
-                bitmap = item.bitmap()
-                if bitmap.shape != (self.height, self.width):
-                    raise ValueError(f'raster mask {i} is {bitmap.shape}, the masks are '
-                                     f'{(self.height, self.width)}')
-                out[i] = bitmap
+                out[i] = self._raster_pixels(i)
         return out
 
+    def _raster_pixels(self, i: int) -> np.ndarray:
+        """ndarray[height, width] uint8 of raster item i, decoded with its pending operations."""
+        bitmap = self.items[i].bitmap()
+        if bitmap.shape != (self.height, self.width):
+            raise ValueError(f'raster mask {i} is {bitmap.shape}, the masks are '
+                             f'{(self.height, self.width)}')
+        return bitmap
+
     def to_tensor(self, dtype: torch.dtype, device) -> torch.Tensor:
-        return torch.from_numpy(self.to_ndarray()).to(dtype=dtype, device=device)
+        """Tensor[N, height, width] of ``dtype`` on ``device``, equal to ``to_ndarray``.
+
+        Polygons and same-size RLEs without pending operations are rasterised where the result
+        goes, one native call each (on a GPU in a CUDA build: no full-size mask crosses from
+        the host); the other rasters are decoded on the host as in ``to_ndarray``.
+        """
+        device = torch.device(device)
+        out = torch.zeros((len(self.items), self.height, self.width), dtype=torch.uint8,
+                          device=device)
+        polygon_rows = self._polygon_rows()
+        if polygon_rows:
+            run_on = _kernel_device('polygons_to_masks', device)
+            packed = pack_polygons([self.items[i] for i in polygon_rows])
+            out[polygon_rows] = polygons_to_masks(*(t.to(run_on) for t in packed), self.height,
+                                                  self.width).to(device)
+        rle_rows = [i for i, item in enumerate(self.items) if isinstance(item, RasterSource)
+                    and item.is_plain_rle and (item.height, item.width) == (self.height,
+                                                                            self.width)]
+        if rle_rows:
+            run_on = _kernel_device('rle_decode_batch', device)
+            counts, run_counts = pack_counts([self.items[i].counts() for i in rle_rows])
+            out[rle_rows] = rle_decode_batch(counts.to(run_on), run_counts.to(run_on),
+                                             self.height, self.width).to(device)
+        other_rows = set(range(len(self.items))) - set(polygon_rows) - set(rle_rows)
+        for i in sorted(other_rows):
+            out[i] = torch.from_numpy(self._raster_pixels(i)).to(device)
+        return out.to(dtype)
 
     def to_bitmap(self) -> BitmapMasks:
         return BitmapMasks(self.to_ndarray(), self.height, self.width)
@@ -264,6 +296,12 @@ def _crop_kind(item: Item, binarize: bool) -> int:
         return _POLYGON
     # rle_crop_and_resize reproduces BitmapMasks' binarized targets, not the soft ones
     return _RLE if binarize and item.is_plain_rle else _BITMAP
+
+
+def _kernel_device(op_name: str, device: torch.device) -> torch.device:
+    """``device`` when this build has ``op_name``'s kernel for it, else the CPU (a CPU-only build
+    used for GPU training): the dispatcher's answer, with the same bits either way."""
+    return device if has_kernel(op_name, device) else torch.device('cpu')
 
 
 def _index_array(inds) -> np.ndarray:
