@@ -1,6 +1,10 @@
 """Builds mmdet_ext and its native extension mmdet_ext._C.
 
     pip install --no-build-isolation -e .      (tools/install_deps.sh does this for you)
+    python3 -m build --no-isolation            (an sdist and a wheel, in dist/; docs/packaging.md)
+
+Always against the torch already installed (no build isolation): the extension is tied to the
+torch it was compiled with, and the wheel requires that torch's minor version.
 
 OpenCV and libjpeg come from the system (Debian's libopencv-dev and libjpeg62-turbo-dev, the
 libjpeg OpenCV links), found with pkg-config. Both are optional: without them the extension is
@@ -13,6 +17,7 @@ build of torch with nvcc available. TORCH_CUDA_ARCH_LIST picks the GPU architect
 default: those of the GPUs it sees). docs/build.md has the details.
 """
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -20,8 +25,14 @@ from pathlib import Path
 from typing import Optional
 
 from setuptools import find_packages, setup
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
-import torch
+
+try:
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+except ModuleNotFoundError:
+    sys.exit('mmdet_ext builds against the torch it will run with, and none is installed here. '
+             'Install torch first, then build without isolation: `pip install '
+             '--no-build-isolation ...` or `python3 -m build --no-isolation`.')
 
 ROOT = Path(__file__).resolve().parent
 CSRC = ROOT / 'csrc'
@@ -45,6 +56,20 @@ NVCC_FLAGS = ['-O3', '--fmad=false', '-std=c++20']
 CXX_FLAGS = ['-std=c++20', '-fvisibility=hidden']
 if not any(flag.startswith('-O') for flag in os.environ.get('CFLAGS', '').split()):
     CXX_FLAGS.insert(0, '-O3')
+# Release builds carry no debug info (Python's own CFLAGS hold -g: 29 MB of DWARF in a 0.6 MB
+# extension); a -g in CFLAGS (the sanitizer builds) keeps it.
+if not any(flag.startswith('-g') for flag in os.environ.get('CFLAGS', '').split()):
+    CXX_FLAGS.append('-g0')
+# What the installed package needs besides torch (whose range comes from the torch built against,
+# torch_requirement()). mmcv and mmengine: the ranges mmdet 3.3 itself accepts.
+INSTALL_REQUIRES = [
+    'mmdet>=3.3.0,<3.4', 'mmcv>=2.0.0rc4,<2.2.0', 'mmengine>=0.7.1,<1.0.0', 'numpy',
+    'pycocotools', 'psutil', 'matplotlib', 'opencv-python',
+]
+# Written next to the built extension: what it was compiled against, read by
+# mmdet_ext._native before loading it (refusing another torch with a clear message) and by
+# python -m mmdet_ext.info.
+BUILD_CONFIG_NAME = '_build_config.json'
 
 
 def load_build_hash_module():
@@ -147,6 +172,37 @@ def make_extension():
                         extra_compile_args={'cxx': CXX_FLAGS}, **native)
 
 
+def torch_requirement() -> str:
+    """The torch range this build runs with: the minor version it is compiled against.
+
+    torch's C++ ABI changes between minor versions, so a wider range would let pip pair the
+    wheel with a torch it fails to load against; the installed torch always satisfies it, so
+    pip never fetches another one.
+    """
+    major, minor = (int(part) for part in torch.__version__.split('.')[:2])
+    return f'torch>={major}.{minor},<{major}.{minor + 1}'
+
+
+def build_config(with_cuda: bool) -> dict:
+    """What the extension is built against, for the load-time check and mmdet_ext.info."""
+    arch_flags = []
+    if with_cuda:
+        from torch.utils.cpp_extension import _get_cuda_arch_flags  # what nvcc will be given
+        arch_flags = _get_cuda_arch_flags()
+    return {'torch_version': torch.__version__, 'torch_cuda': torch.version.cuda,
+            'with_cuda': with_cuda, 'cuda_arch_flags': arch_flags}
+
+
+class BuildExtensionWithConfig(BuildExtension):
+    """torch's BuildExtension, also writing BUILD_CONFIG_NAME beside the built extension."""
+
+    def run(self) -> None:
+        super().run()
+        for ext in self.extensions:
+            target = Path(self.get_ext_fullpath(ext.name)).parent / BUILD_CONFIG_NAME
+            target.write_text(json.dumps(build_config(building_for_cuda()), indent=1) + '\n')
+
+
 def read_version() -> str:
     namespace: dict = {}
     exec((ROOT / 'mmdet_ext' / 'version.py').read_text(), namespace)
@@ -154,12 +210,13 @@ def read_version() -> str:
 
 
 setup(
-    name='mmdet_ext',
     version=read_version(),
-    description='Leak-free, copy-safe data and checkpoint layer for MMDetection training',
     packages=find_packages(include=['mmdet_ext', 'mmdet_ext.*']),
+    # The configs, for `mmdet_ext::` base paths (mmdet_ext/config_scope.py): mmengine reads them
+    # from <package>/.mim/configs, a link to the repository's configs/ that the build copies.
+    package_data={'mmdet_ext': ['.mim/model-index.yml', '.mim/configs/**/*.py']},
     ext_modules=[make_extension()],
-    cmdclass={'build_ext': BuildExtension},
-    python_requires='>=3.10',
+    cmdclass={'build_ext': BuildExtensionWithConfig},
+    install_requires=INSTALL_REQUIRES + [torch_requirement()],
     zip_safe=False,
 )

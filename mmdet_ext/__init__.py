@@ -6,6 +6,7 @@ transforms, datasets and hooks into mmdet's registries.
 """
 from . import ops
 from ._native import _C, build_info
+from .config_scope import register_config_scope
 from .collate import fast_collate
 from .datasets import AnnotationStore, LazyCocoDataset, StoreError
 from .engine import (AtomicCheckpointHook, CheckpointLoadError, CpuCheckpointLoadHook,
@@ -16,6 +17,8 @@ from .structures import LazyInstanceMasks
 from .transforms import (ImageLoadError, LoadLazyAnnotations, NativeLoadImageFromFile,
                          NativeLoadResizeFlip)
 from .version import __version__
+
+register_config_scope()
 
 __all__ = [
     '__version__', 'ops', 'AnnotationStore', 'AtomicCheckpointHook', 'CheckpointLoadError',

@@ -1,0 +1,55 @@
+"""What this installation of mmdet_ext is: ``python -m mmdet_ext.info``.
+
+Prints the version and location, the torch the extension was compiled against next to the one
+running (importing mmdet_ext refuses another minor version with a message naming both), the CUDA
+kernels and architectures compiled in, and the optional parts (OpenCV, libjpeg) built with.
+"""
+import importlib.metadata
+import sys
+from pathlib import Path
+
+import torch
+
+from . import __version__
+from ._native import build_info, read_build_config
+
+UPSTREAM = ('mmengine', 'mmcv', 'mmdet')
+
+
+def _installed_version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return 'not installed'
+
+
+def collect_env() -> dict[str, str]:
+    """The facts above as ``{name: text}``, in the order printed (mmengine's env report's form)."""
+    info = build_info()
+    built = read_build_config() or {}
+    cuda = (f'CUDA {info["cuda_version"]}, '
+            f'{" ".join(built.get("cuda_arch_flags") or []) or "architectures not recorded"}'
+            if info['with_cuda'] else 'no (CPU kernels only; GPU tensors take torch\'s path)')
+    missing = 'not built (decode_image, warp_image raise NotImplementedError; docs/build.md)'
+    env = {
+        'mmdet_ext': f'{__version__} ({Path(__file__).resolve().parent})',
+        'torch (built against)': built.get('torch_version', info['torch_version']),
+        'torch (running)': f'{torch.__version__} (CUDA {torch.version.cuda})',
+        'CUDA kernels': cuda,
+        'OpenCV': info['opencv_version'] or missing,
+        'libjpeg': info['libjpeg'] or missing,
+        'source hash': info['source_hash'],
+    }
+    env.update({name: _installed_version(name) for name in UPSTREAM})
+    env['python'] = sys.version.split()[0]
+    return env
+
+
+def main() -> None:
+    width = max(map(len, collect_env()))
+    for name, value in collect_env().items():
+        print(f'{name:<{width}}  {value}')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,153 @@
+"""The ``mmdet_ext::`` config scope and ``adopt(globals())`` on mmdet 3.3's own zoo configs.
+
+Configs are read from another working directory, as a user's would be, and the datasets they
+describe are built on the toy COCO set with mmdet's registry.
+"""
+import os
+from pathlib import Path
+
+import pytest
+from mmdet.registry import DATASETS
+from mmdet.structures import DetDataSample
+from mmengine.config import Config
+from mmengine.registry import HOOKS, DefaultScope
+
+import mmdet_ext
+from mmdet_ext import LazyCocoDataset, LazyInstanceMasks
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TOY_CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
+ZOO_CONFIGS = [
+    'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py',
+    'mmdet::cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco.py',
+    'mmdet::solov2/solov2_r50_fpn_1x_coco.py',
+]
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path):
+    """Run the test from a directory with no configs in it."""
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    yield tmp_path
+    os.chdir(cwd)
+
+
+@pytest.fixture(autouse=True)
+def mmdet_scope():
+    """The Runner's default scope for mmdet configs, so mmdet's registries are the ones asked."""
+    scope = DefaultScope.get_instance(f'test_adopt_{id(object())}', scope_name='mmdet')
+    yield scope
+
+
+def _write_adopted_config(directory: Path, zoo_config: str, data_root: Path) -> Path:
+    """The README's three lines, with the toy data in place of COCO."""
+    path = directory / 'adopted.py'
+    path.write_text(f'''_base_ = '{zoo_config}'
+toy = dict(data_root='{data_root}/', metainfo=dict(classes={TOY_CLASSES!r}))
+train_dataloader = dict(dataset=dict(ann_file='annotations/instances_train.json',
+                                     data_prefix=dict(img='train/'), **toy))
+val_dataloader = dict(dataset=dict(ann_file='annotations/instances_val.json',
+                                   data_prefix=dict(img='val/'), **toy))
+test_dataloader = val_dataloader
+from mmdet_ext.adopt import adopt  # noqa: E402
+adopt(globals())
+''')
+    return path
+
+
+@pytest.mark.parametrize('zoo_config', ZOO_CONFIGS)
+def test_adopted_zoo_config_builds_its_datasets_with_our_types(zoo_config, elsewhere,
+                                                              toy_coco_root):
+    cfg = Config.fromfile(str(_write_adopted_config(elsewhere, zoo_config, toy_coco_root)))
+
+    assert 'mmdet_ext' in cfg.custom_imports.imports
+    assert cfg.model.data_preprocessor.type == 'FastDetDataPreprocessor'
+    assert cfg.default_hooks.checkpoint.type == 'AtomicCheckpointHook'
+    hook_types = [hook.type for hook in cfg.custom_hooks]
+    assert hook_types == ['CpuCheckpointLoadHook', 'ExactResumeHook', 'MemoryWatchHook',
+                          'WorkerDefaultsHook']
+    for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        loader = cfg[name]
+        transform_types = [t.type for t in loader.dataset.pipeline]
+        assert transform_types[0] == 'NativeLoadImageFromFile'
+        assert 'LoadLazyAnnotations' in transform_types
+        assert 'LoadAnnotations' not in transform_types and 'LoadImageFromFile' not in \
+            transform_types
+        assert loader.collate_fn == dict(type='fast_collate', pad_size_divisor=32)
+        # The config's own settings survive: the toy data it set before adopt().
+        assert loader.dataset.data_root == f'{toy_coco_root}/'
+
+    train_set = DATASETS.build(cfg.train_dataloader.dataset)
+    val_set = DATASETS.build(cfg.val_dataloader.dataset)
+    assert isinstance(train_set, LazyCocoDataset) and isinstance(val_set, LazyCocoDataset)
+    assert len(train_set) == 8 and len(val_set) == 4
+    sample = train_set[0]['data_samples']
+    assert isinstance(sample, DetDataSample)
+    assert isinstance(sample.gt_instances.masks, LazyInstanceMasks)
+    assert sample.gt_instances.masks.height == sample.img_shape[0]
+
+
+def test_adopt_keeps_the_configs_own_hooks_and_mask_choice(elsewhere, toy_coco_root):
+    path = elsewhere / 'own_hooks.py'
+    path.write_text('''_base_ = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
+custom_hooks = [dict(type='EMAHook'), dict(type='MemoryWatchHook', interval=7)]
+val_dataloader = dict(dataset=dict(pipeline=[
+    dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='PackDetInputs')]))
+from mmdet_ext.adopt import adopt  # noqa: E402
+adopt(globals())
+''')
+    cfg = Config.fromfile(str(path))
+    assert [(h.type, h.get('interval')) for h in cfg.custom_hooks] == [
+        ('EMAHook', None), ('MemoryWatchHook', 7), ('CpuCheckpointLoadHook', None),
+        ('ExactResumeHook', None), ('WorkerDefaultsHook', None)]
+    # mmdet's LoadAnnotations loads no masks unless asked; the swap keeps that.
+    assert cfg.val_dataloader.dataset.pipeline[1] == dict(
+        type='LoadLazyAnnotations', with_bbox=True, with_mask=False)
+    assert cfg.default_hooks.checkpoint.interval == 1  # mmdet's setting, only the type changed
+
+
+def test_adopt_outside_a_config_with_a_base_is_an_error():
+    from mmdet_ext.adopt import adopt
+    with pytest.raises(ValueError, match='_base_'):
+        adopt({'model': {}})
+
+
+def test_scope_resolves_to_the_configs_inside_the_package(elsewhere):
+    path = elsewhere / 'from_pieces.py'
+    path.write_text('''_base_ = [
+    'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
+    'mmdet::_base_/datasets/coco_instance.py',
+    'mmdet::_base_/schedules/schedule_1x.py',
+    'mmdet_ext::_base_/mmdet_ext_runtime.py',
+]
+''')
+    cfg = Config.fromfile(str(path))
+    package_configs = Path(mmdet_ext.__file__).parent / '.mim' / 'configs'
+    # One place for the configs: the package's folder is the repository's configs/.
+    assert (package_configs / '_base_' / 'mmdet_ext_runtime.py').samefile(
+        REPO_ROOT / 'configs' / '_base_' / 'mmdet_ext_runtime.py')
+    # Dicts read through the scope carry it, and its registries build them.
+    assert {hook._scope_ for hook in cfg.custom_hooks} == {'mmdet_ext'}
+    built = [type(HOOKS.build(hook)).__name__ for hook in cfg.custom_hooks]
+    assert built == ['CpuCheckpointLoadHook', 'ExactResumeHook', 'MemoryWatchHook',
+                     'WorkerDefaultsHook']
+    assert type(HOOKS.build(cfg.default_hooks.checkpoint)).__name__ == 'AtomicCheckpointHook'
+
+
+def test_scoped_toy_dataset_config_builds_its_dataset(elsewhere, toy_coco_root):
+    path = elsewhere / 'toy.py'
+    path.write_text(f'''_base_ = 'mmdet_ext::_base_/datasets/toy_coco_instance.py'
+train_dataloader = dict(dataset=dict(data_root='{toy_coco_root}/'))
+''')
+    cfg = Config.fromfile(str(path))
+    dataset = DATASETS.build(cfg.train_dataloader.dataset)
+    assert isinstance(dataset, LazyCocoDataset) and len(dataset) == 8
+
+
+def test_unknown_scoped_config_names_the_path(elsewhere):
+    path = elsewhere / 'missing.py'
+    path.write_text("_base_ = 'mmdet_ext::_base_/no_such_runtime.py'\n")
+    with pytest.raises(FileNotFoundError, match='no_such_runtime.py'):
+        Config.fromfile(str(path))
