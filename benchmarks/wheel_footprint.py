@@ -41,7 +41,7 @@ def needed(extension: Path) -> list[str]:
 
 
 def closure(extension: Path) -> tuple[int, int]:
-    """How many libraries outside the baseline the loader maps for the extension, and their bytes."""
+    """How many libraries outside the baseline the loader maps for the extension; their bytes."""
     out = subprocess.run(['ldd', str(extension)], capture_output=True, text=True).stdout
     paths = {line.split('=>')[1].split('(')[0].strip() for line in out.splitlines()
              if '=>' in line and '/' in line.split('=>')[1]}

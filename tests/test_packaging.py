@@ -1,4 +1,4 @@
-"""The package as a user installs it: the wheel built from the sdist, in a clean virtual environment.
+"""The package as a user installs it: the wheel built from the sdist, in a clean virtual env.
 
 ``python -m build --no-isolation`` makes the sdist and builds the wheel from it (so the sdist is
 complete); the wheel goes into a fresh venv, and an import and a short smoke test run from a
