@@ -187,7 +187,8 @@ def build_config(with_cuda: bool) -> dict:
     """What the extension is built against, for the load-time check and mmdet_ext.info."""
     arch_flags = []
     if with_cuda:
-        from torch.utils.cpp_extension import _get_cuda_arch_flags  # what nvcc will be given
+        # Private to torch (read from 2.13): the -gencode flags BuildExtension gives nvcc.
+        from torch.utils.cpp_extension import _get_cuda_arch_flags
         arch_flags = _get_cuda_arch_flags()
     return {'torch_version': torch.__version__, 'torch_cuda': torch.version.cuda,
             'with_cuda': with_cuda, 'cuda_arch_flags': arch_flags}
