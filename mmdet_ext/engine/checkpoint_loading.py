@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import pickle
+import struct
 import zipfile
 from typing import Any, Callable, Sequence, Union
 
@@ -22,6 +23,7 @@ from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
 from .._compat import checkpoint_schemes, set_checkpoint_schemes
+from ..io import open_regular_file
 
 SafeGlobal = Union[Callable, tuple[Callable, str]]
 
@@ -105,6 +107,37 @@ def _unpickler_reason(err: pickle.UnpicklingError) -> str:
     return ' '.join(reason.split()) or message.splitlines()[0]
 
 
+# torch.save writes a zip archive; before torch 1.6 (and with _use_new_zipfile_serialization=False)
+# a pickle stream of protocol >= 2, which starts with the PROTO opcode.
+_CHECKPOINT_MAGICS = (b'PK\x03\x04', b'\x80')
+
+
+def check_checkpoint_file(filename: str) -> None:
+    """Refuse, naming the file, what cannot be a checkpoint before ``torch.load`` reads it.
+
+    Why: ``torch.load`` on a text file fails with ``KeyError``/``IndexError`` from inside the
+    unpickler, and on a named pipe it blocks forever.
+
+    Raises:
+        FileNotFoundError: nothing at ``filename``.
+        CheckpointLoadError: a directory, pipe, socket or device; empty; not a zip or pickle.
+    """
+    try:
+        fd = open_regular_file(filename)
+    except FileNotFoundError:
+        raise FileNotFoundError(f'checkpoint {filename} does not exist') from None
+    except OSError as err:
+        raise CheckpointLoadError(f'checkpoint {filename} {err.strerror}') from err
+    with os.fdopen(fd, 'rb') as f:
+        head = f.read(64)
+    if not head:
+        raise CheckpointLoadError(f'checkpoint {filename} is empty (zero bytes)')
+    if not head.startswith(_CHECKPOINT_MAGICS):
+        raise CheckpointLoadError(
+            f'checkpoint {filename} is not a PyTorch checkpoint (neither a zip archive nor a '
+            f'pickle; it starts with {head[:16]!r}): a text file or a download error page?')
+
+
 def load_checkpoint_to_cpu(filename: str, *, allow_unsafe_globals: bool = False,
                            extra_safe_globals: Sequence[Callable] = (),
                            mmap: bool = True) -> Any:
@@ -121,12 +154,12 @@ def load_checkpoint_to_cpu(filename: str, *, allow_unsafe_globals: bool = False,
 
     Raises:
         FileNotFoundError: ``filename`` does not exist.
-        CheckpointLoadError: the file is truncated/corrupt, or holds a global outside the allowlist
-            (the message names it and how to allow it).
+        CheckpointLoadError: the file is not a checkpoint (text, empty, a pipe or a directory),
+            is truncated/corrupt, or holds a global outside the allowlist (the message names it
+            and how to allow it).
     """
     filename = os.path.expanduser(filename)
-    if not os.path.isfile(filename):
-        raise FileNotFoundError(f'checkpoint {filename} does not exist')
+    check_checkpoint_file(filename)
     is_zip = zipfile.is_zipfile(filename)
     use_mmap = mmap and is_zip
     if allow_unsafe_globals:
@@ -147,7 +180,8 @@ def load_checkpoint_to_cpu(filename: str, *, allow_unsafe_globals: bool = False,
             f"dict(type='CpuCheckpointLoadHook', extra_safe_globals=['{example}']) keeps "
             "weights_only loading, or allow_unsafe_globals=True disables it (runs any pickled "
             'code).') from err
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError, KeyError, IndexError,
+            TypeError, AttributeError, struct.error) as err:  # what a damaged stream raises
         raise CheckpointLoadError(
             f'checkpoint {filename} is truncated or corrupt and cannot be read: {err}') from err
 
