@@ -36,6 +36,7 @@ import torch
 
 from ..io import (DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError, NotRegularFileError,
                   file_state, read_image_header, read_regular_file)
+from ..io.image_header import jpeg_exif_orientation
 from ..ops import rle_area, rle_from_polygons, rle_from_string
 
 ACTIONS = ('drop_instance', 'drop_image', 'fail', 'report')
@@ -182,7 +183,7 @@ def _read_header(path: str, backend_args: Optional[dict],
             data, size = read_regular_file(path, HEAD_BYTES, TAIL_BYTES)
             if len(data) < size:
                 try:
-                    return read_image_header(data, max_pixels)
+                    read_image_header(data, max_pixels)
                 except ImageHeaderError:
                     data, _ = read_regular_file(path)  # decide on the whole file
     except (FileNotFoundError, NotADirectoryError):
@@ -194,9 +195,14 @@ def _read_header(path: str, backend_args: Optional[dict],
     except OSError as err:
         return f'cannot be read: {err.strerror or err}'
     try:
-        return read_image_header(data, max_pixels)
+        header = read_image_header(data, max_pixels)
     except ImageHeaderError as err:
         return str(err)
+    if header.format == 'jpeg' and jpeg_exif_orientation(data) >= 5:
+        # Decoders apply the EXIF rotation: the decoded image is width x height.
+        return header._replace(height=header.width, width=header.height, format='jpeg (EXIF '
+                               'orientation rotates it by 90 degrees)')
+    return header
 
 
 def _is_int64(value) -> bool:
@@ -298,11 +304,14 @@ class _Checker:
         if (header.height, header.width) != (height, width):
             self.add('image_size_mismatch', image_id, None, path,
                      f'the file is {header.height}x{header.width}, the json says '
-                     f'{height}x{width}')
+                     f'{height}x{width}'
+                     + ('' if header.format in ('jpeg', 'png') else f'; {header.format}'))
 
     def annotation(self, ann: dict, image: dict, category_ids: set) -> None:
         image_id, ann_id = image['id'], ann.get('id')
         height, width = image.get('height', 0), image.get('width', 0)
+        if not (_is_int64(height) and _is_int64(width)):
+            return  # the image itself is recorded and dropped; nothing to measure against
         reason = _annotation_record_problem(ann)
         if reason is not None:
             self.add('annotation_record_invalid', image_id, ann_id, None, reason, storable=False)

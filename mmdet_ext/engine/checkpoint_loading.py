@@ -10,6 +10,7 @@ Here every load goes to CPU (memory-mapped when the file allows it) through
 ``weights_only=True`` with an explicit allowlist of what these checkpoints legitimately contain.
 """
 import importlib
+import io
 import logging
 import os
 import pickle
@@ -162,6 +163,8 @@ def load_checkpoint_to_cpu(filename: str, *, allow_unsafe_globals: bool = False,
     check_checkpoint_file(filename)
     is_zip = zipfile.is_zipfile(filename)
     use_mmap = mmap and is_zip
+    if is_zip:
+        check_zip_storage_sizes(filename)
     if allow_unsafe_globals:
         print_log(f'Loading {filename} with weights_only=False (allow_unsafe_globals=True): any '
                   'code pickled in it runs now. Only do this for checkpoints you trust.',
@@ -169,7 +172,8 @@ def load_checkpoint_to_cpu(filename: str, *, allow_unsafe_globals: bool = False,
         return torch.load(filename, map_location='cpu', weights_only=False, mmap=use_mmap)
     try:
         with torch.serialization.safe_globals([*checkpoint_safe_globals(), *extra_safe_globals]):
-            return torch.load(filename, map_location='cpu', weights_only=True, mmap=use_mmap)
+            checkpoint = torch.load(filename, map_location='cpu', weights_only=True,
+                                    mmap=use_mmap)
     except pickle.UnpicklingError as err:
         offending = _disallowed_globals(filename, extra_safe_globals) if is_zip else []
         what = ', '.join(offending) if offending else _unpickler_reason(err)
@@ -184,6 +188,91 @@ def load_checkpoint_to_cpu(filename: str, *, allow_unsafe_globals: bool = False,
             TypeError, AttributeError, struct.error) as err:  # what a damaged stream raises
         raise CheckpointLoadError(
             f'checkpoint {filename} is truncated or corrupt and cannot be read: {err}') from err
+    return checkpoint
+
+
+class _RecordingUnpickler(pickle.Unpickler):
+    """Reads a checkpoint's ``data.pkl`` only for its storage records; runs nothing.
+
+    Every global becomes an inert placeholder (so no pickled code can run), and every persistent
+    id (torch's storage reference) is recorded instead of loaded.
+    """
+
+    def __init__(self, file) -> None:
+        super().__init__(file)
+        self.storages: list[tuple] = []
+
+    def find_class(self, module: str, name: str) -> type:
+        return type(name, (_Inert,), {})
+
+    def persistent_load(self, pid: Any) -> Any:
+        self.storages.append(tuple(pid) if isinstance(pid, (tuple, list)) else (pid,))
+        return _Inert()
+
+
+class _Inert:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:  # OrderedDict and friends
+        pass
+
+    def append(self, value: Any) -> None:
+        pass
+
+    def extend(self, values: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> '_Inert':
+        return _Inert()
+
+
+_STORAGE_ITEM_BYTES = {'UntypedStorage': 1, 'ByteStorage': 1, 'CharStorage': 1, 'BoolStorage': 1,
+                       'ShortStorage': 2, 'HalfStorage': 2, 'BFloat16Storage': 2,
+                       'IntStorage': 4, 'FloatStorage': 4, 'LongStorage': 8, 'DoubleStorage': 8,
+                       'ComplexFloatStorage': 8, 'ComplexDoubleStorage': 16}
+
+
+def check_zip_storage_sizes(filename: str) -> None:
+    """Raise ``CheckpointLoadError`` if a storage claims more bytes than the file stores for it.
+
+    Why: with ``mmap`` torch maps each storage at its entry's offset with the size the pickle
+    claims, so a short entry is not noticed: the tensor reads whatever follows it in the file.
+    """
+    try:
+        with zipfile.ZipFile(filename) as archive:
+            names = archive.namelist()
+            pickles = [n for n in names if n.endswith('data.pkl') and n.count('/') == 1]
+            if not pickles:
+                raise CheckpointLoadError(f'checkpoint {filename} is a zip archive without a '
+                                          'data.pkl: not a PyTorch checkpoint')
+            prefix = pickles[0][:-len('data.pkl')]
+            unpickler = _RecordingUnpickler(io.BytesIO(archive.read(pickles[0])))
+            unpickler.load()
+            sizes = {info.filename: info.file_size for info in archive.infolist()}
+    except CheckpointLoadError:
+        raise
+    except Exception as err:  # noqa: BLE001 -- any failure here is a damaged file
+        raise CheckpointLoadError(
+            f'checkpoint {filename} is truncated or corrupt and cannot be read: '
+            f'{type(err).__name__}: {err}') from err
+    for record in unpickler.storages:
+        if len(record) != 5 or record[0] != 'storage':
+            continue
+        _, storage_type, key, _, numel = record
+        item = _STORAGE_ITEM_BYTES.get(type(storage_type).__name__ if isinstance(
+            storage_type, _Inert) else getattr(storage_type, '__name__', ''))
+        entry = f'{prefix}data/{key}'
+        if item is None or not isinstance(numel, int):
+            continue
+        held = sizes.get(entry)
+        if held is None or numel * item > held:
+            raise CheckpointLoadError(
+                f'checkpoint {filename} is truncated or corrupt: storage {key} claims '
+                f'{numel * item} bytes, the file holds {held or 0} for it')
 
 
 def install_cpu_checkpoint_loader(*, allow_unsafe_globals: bool = False,
