@@ -23,16 +23,14 @@ object) are not records a policy can drop: ``AnnotationFileError`` names the fil
 """
 import json
 import math
-import os
 import os.path as osp
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Union
 
-from mmengine import fileio
-
 import numpy as np
 import torch
+from mmengine import fileio
 
 from ..io import (DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError, NotRegularFileError,
                   file_state, read_image_header, read_regular_file)
@@ -283,11 +281,13 @@ class _Checker:
             return
         reason = _path_problem(name)
         if reason is not None:
-            self.add('image_record_invalid', image_id, None, None, f'file_name {reason}', storable=False)
+            self.add('image_record_invalid', image_id, None, None, f'file_name {reason}',
+                     storable=False)
             return
         if not all(_is_int64(v) and v > 0 for v in (height, width)):
             self.add('image_unreadable', image_id, None, name,
-                     f'json size height={height} width={width} is not two positive integers', storable=False)
+                     f'json size height={height} width={width} is not two positive integers',
+                         storable=False)
             return
         if height * width > self.max_pixels:
             self.add('image_unreadable', image_id, None, name,
@@ -335,11 +335,13 @@ class _Checker:
 
     def _bbox(self, bbox, image_id, ann_id, height: int, width: int) -> None:
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(_is_number(v) for v in bbox)):
-            self.add('bbox_invalid', image_id, ann_id, None, f'bbox {bbox!r} is not 4 numbers', storable=False)
+            self.add('bbox_invalid', image_id, ann_id, None, f'bbox {bbox!r} is not 4 numbers',
+                     storable=False)
             return
         x, y, w, h = bbox
         if not all(_finite(v) for v in bbox):
-            self.add('bbox_invalid', image_id, ann_id, None, f'bbox {bbox} is not finite', storable=False)
+            self.add('bbox_invalid', image_id, ann_id, None, f'bbox {bbox} is not finite',
+                     storable=False)
         elif w <= 0 or h <= 0:
             self.add('bbox_invalid', image_id, ann_id, None,
                      f'bbox {bbox} has a non-positive width or height')
@@ -379,7 +381,8 @@ class _Checker:
         size, counts = rle.get('size'), rle.get('counts')
         if not (isinstance(size, list) and len(size) == 2
                 and all(isinstance(v, int) and v >= 0 for v in size)):
-            self.add('rle_invalid', image_id, ann_id, None, f'RLE size {size!r} is not [h, w]', storable=False)
+            self.add('rle_invalid', image_id, ann_id, None, f'RLE size {size!r} is not [h, w]',
+                     storable=False)
             return
         rle_h, rle_w = size
         if not _is_int64(rle_h * rle_w) or rle_h * rle_w > self.max_pixels:
@@ -417,7 +420,8 @@ class _Checker:
     def _mask_file(self, mask_file: str, image_id, ann_id, height: int, width: int) -> None:
         reason = _path_problem(mask_file)
         if reason is not None:
-            self.add('mask_file_invalid', image_id, ann_id, None, f'mask_file {reason}', storable=False)
+            self.add('mask_file_invalid', image_id, ann_id, None, f'mask_file {reason}',
+                     storable=False)
             return
         if not self.check_files:
             return
@@ -454,6 +458,12 @@ def _annotation_record_problem(ann: dict) -> Optional[str]:
     return None
 
 
+def _shoelace_area(part: np.ndarray) -> float:
+    """Area in px^2 of one polygon part (x0, y0, x1, y1, ...)."""
+    xs, ys = part[0::2], part[1::2]
+    return abs(float(np.dot(xs, np.roll(ys, 1)) - np.dot(ys, np.roll(xs, 1)))) / 2
+
+
 def _empty_polygon_reason(polygons: list, height: int, width: int) -> Optional[str]:
     """Why well-formed ``polygons`` rasterise to no pixel of the image, or None.
 
@@ -466,8 +476,7 @@ def _empty_polygon_reason(polygons: list, height: int, width: int) -> Optional[s
     if xs.max() <= 0 or ys.max() <= 0 or xs.min() >= width or ys.min() >= height:
         return (f'the polygon (x {xs.min():g}..{xs.max():g}, y {ys.min():g}..{ys.max():g}) lies '
                 f'entirely outside the {height}x{width} image: an empty mask under a box')
-    area = sum(abs(float(np.dot(p[0::2], np.roll(p[1::2], 1)) - np.dot(p[1::2], np.roll(p[0::2], 1))))
-               for p in (np.asarray(part, dtype=np.float64) for part in polygons)) / 2
+    area = sum(_shoelace_area(np.asarray(part, dtype=np.float64)) for part in polygons)
     if area < 2.0:
         lengths = torch.tensor([len(part) for part in polygons], dtype=torch.int64)
         rle = rle_from_polygons(torch.from_numpy(coords), lengths, height, width)

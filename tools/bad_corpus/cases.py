@@ -219,7 +219,7 @@ IMAGE_CASES = [
     Case('truncated JPEG', 'image', 'drop',
          _replace_image(2, _write(jpeg_bytes(seed=2)[:300])), (_image(2), 'truncated')),
     Case('truncated PNG', 'image', 'drop',
-         _replace_image(2, lambda p: p.write_bytes(png_bytes(np.zeros((24, 32, 3), np.uint8))[:40])),
+         _replace_image(2, _write(png_bytes(np.zeros((HEIGHT, WIDTH, 3), np.uint8))[:40])),
          (_image(2), 'PNG')),
     Case('text file named .jpg', 'image', 'drop', _replace_image(2, _write(b'hello world\n' * 9)),
          (_image(2), 'not a JPEG or PNG')),

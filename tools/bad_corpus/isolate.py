@@ -3,13 +3,25 @@
 The parent imports torch, mmdet and the plugin once; each case runs in a ``fork`` of it (cheap:
 no re-import), in its own process group so that a hung case and anything it started are killed
 together. The child writes its result as json to a pipe; a child that dies by a signal or exits
-without a result is a crash, one still running at the deadline a hang.
+without a result is a crash, one still running at the deadline a hang. A child may grow its address
+space by ``MEMORY_HEADROOM`` only (a loader reading ``/dev/zero`` to the end fails with
+``MemoryError`` instead of taking the machine's memory).
 """
 import json
 import os
+import resource
 import signal
 import time
 from typing import Callable
+
+MEMORY_HEADROOM = 2 << 30  # bytes of address space a case may add to the forked parent's
+
+
+def _limit_memory() -> None:
+    with open('/proc/self/status') as status:
+        vm_kib = next(int(line.split()[1]) for line in status if line.startswith('VmSize:'))
+    limit = vm_kib * 1024 + MEMORY_HEADROOM
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def run_isolated(job: Callable[[], dict], timeout: float) -> dict:
@@ -20,6 +32,7 @@ def run_isolated(job: Callable[[], dict], timeout: float) -> dict:
         os.close(read_fd)
         os.setpgid(0, 0)
         try:
+            _limit_memory()
             payload = json.dumps(job()).encode()
         except BaseException as err:  # noqa: BLE001 -- reported to the parent
             payload = json.dumps({'status': 'crash',
@@ -52,7 +65,8 @@ def run_isolated(job: Callable[[], dict], timeout: float) -> dict:
         chunks.append(chunk)
     os.close(read_fd)
     if os.WIFSIGNALED(status):
-        return {'status': 'crash', 'message': f'killed by {signal.Signals(os.WTERMSIG(status)).name}'}
+        name = signal.Signals(os.WTERMSIG(status)).name
+        return {'status': 'crash', 'message': f'killed by {name}'}
     data = b''.join(chunks)
     if not data:
         return {'status': 'crash', 'message': f'exit status {os.WEXITSTATUS(status)}, no result'}
