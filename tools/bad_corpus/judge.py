@@ -47,9 +47,9 @@ def outcome_text(result: dict) -> str:
         return 'loads'
     parts = [f"loads {len(result['samples'])} samples"]
     if result.get('problems'):
-        kinds = sorted({p['kind'] for p in result['problems']})
-        actions = sorted({p['action'] for p in result['problems']})
-        parts.append(f"records {', '.join(kinds)} ({', '.join(actions)})")
+        first = result['problems'][0]
+        parts.append(f"records {first['kind']} ({first['action']}): "
+                     f"{_first_line(first['reason'], 70)}")
     if result.get('bad_samples'):
         parts.append(f"skips {len(result['bad_samples'])} (bad_samples.jsonl)")
     faults = sample_faults(result['samples'])
