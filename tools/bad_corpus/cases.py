@@ -140,27 +140,21 @@ def _self_loop(path: Path) -> None:
     os.symlink(path.name, path)
 
 
-def _png_mask_case(case_dir: Path) -> dict:
-    coco = base_coco()
-    write_base(case_dir, coco)
-    ann = _ann(coco, 21)
-    del ann['segmentation']
-    ann['mask_file'] = 'masks/missing_21.png'
-    write_json(case_dir, coco)
-    return {}
-
-
-def _png_mask_ok(case_dir: Path) -> dict:
-    coco = base_coco()
-    write_base(case_dir, coco)
-    mask = np.zeros((HEIGHT, WIDTH), np.uint8)
-    mask[4:12, 4:20] = 255
-    (case_dir / 'masks' / 'm21.png').write_bytes(png_bytes(mask))
-    ann = _ann(coco, 21)
-    del ann['segmentation']
-    ann['mask_file'] = 'masks/m21.png'
-    write_json(case_dir, coco)
-    return {}
+def _png_mask(write_mask: bool) -> Callable[[Path], dict]:
+    """Annotation 21's mask as a per-instance PNG: written (valid) or not (missing)."""
+    def build(case_dir: Path) -> dict:
+        coco = base_coco()
+        write_base(case_dir, coco)
+        if write_mask:
+            mask = np.zeros((HEIGHT, WIDTH), np.uint8)
+            mask[4:12, 4:20] = 255
+            (case_dir / 'masks' / 'm21.png').write_bytes(png_bytes(mask))
+        ann = _ann(coco, 21)
+        del ann['segmentation']
+        ann['mask_file'] = 'masks/m21.png'
+        write_json(case_dir, coco)
+        return {}
+    return build
 
 
 def _wrong_prefix(case_dir: Path) -> dict:
@@ -406,9 +400,9 @@ ANNOTATION_CASES = [
     Case('uncompressed crowd RLE', 'annotation', 'loads',
          _edit_json(_set_ann(32, segmentation={'size': [HEIGHT, WIDTH],
                                                'counts': [50, 100, HEIGHT * WIDTH - 150]}))),
-    Case('per-instance PNG mask missing', 'annotation', 'drop', _png_mask_case,
-         ('"ann_id": 21', 'masks/missing_21.png')),
-    Case('per-instance PNG mask', 'annotation', 'loads', _png_mask_ok),
+    Case('per-instance PNG mask missing', 'annotation', 'drop', _png_mask(False),
+         ('"ann_id": 21', 'masks/m21.png')),
+    Case('per-instance PNG mask', 'annotation', 'loads', _png_mask(True)),
 ]
 
 DATASET_CASES = [
