@@ -57,7 +57,7 @@ def test_clean_toy_data_has_no_problems(toy_coco_root, name):
 
 
 def test_image_file_corpus(bad_root):
-    """Missing, zero-byte, truncated JPEG/PNG, wrong type, huge, wrong size: image dropped."""
+    """Zero-byte, truncated JPEG/PNG, wrong type, huge, wrong size: dropped; missing: recorded."""
     images = bad_root / 'train'
     (images / '000000.jpg').unlink()
     (images / '000001.jpg').write_bytes(b'')
