@@ -57,7 +57,7 @@ def test_clean_toy_data_has_no_problems(toy_coco_root, name):
 
 
 def test_image_file_corpus(bad_root):
-    """Missing, zero-byte, truncated JPEG/PNG, wrong type, huge, wrong size: image dropped."""
+    """Zero-byte, truncated JPEG/PNG, wrong type, huge, wrong size: dropped; missing: recorded."""
     images = bad_root / 'train'
     (images / '000000.jpg').unlink()
     (images / '000001.jpg').write_bytes(b'')
@@ -85,10 +85,11 @@ def test_image_file_corpus(bad_root):
         assert by_image[image_id].kind == kind
         assert reason in by_image[image_id].reason
         assert by_image[image_id].file.endswith(coco['images'][image_id - 1]['file_name'])
-    assert [image['id'] for image in cleaned['images']] == [8]
-    assert {ann['image_id'] for ann in cleaned['annotations']} == {8}
-    assert report.dropped_images == 7
-    assert 'dropped 7 images' in report.summary()
+    # A missing file is recorded but kept, as mmdet keeps it; loading it raises FileNotFoundError.
+    assert [image['id'] for image in cleaned['images']] == [1, 8]
+    assert {ann['image_id'] for ann in cleaned['annotations']} == {1, 8}
+    assert report.dropped_images == 6
+    assert 'dropped 6 images' in report.summary()
 
 
 def test_annotation_corpus(bad_root):
@@ -167,7 +168,7 @@ def test_policy_overrides_and_errors(bad_root):
 
 
 def test_store_holds_cleaned_data_and_the_report(bad_root):
-    (bad_root / 'train' / '000000.jpg').unlink()
+    (bad_root / 'train' / '000000.jpg').write_bytes(b'')
     ann_file = str(bad_root / 'annotations' / 'instances_train.json')
     validation = {'img_prefix': str(bad_root / 'train'), 'policy': {}}
     store = open_store(ann_file, validation=validation)
@@ -177,12 +178,12 @@ def test_store_holds_cleaned_data_and_the_report(bad_root):
     plain = open_store(ann_file)
     assert plain.path != store.path and plain.num_images == 8
     reported = open_store(ann_file, validation={**validation,
-                                                'policy': {'image_missing': 'report'}})
+                                                'policy': {'image_unreadable': 'report'}})
     assert reported.path not in (store.path, plain.path) and reported.num_images == 8
 
 
 def test_dataset_validates_train_but_drops_nothing_in_test_mode(bad_root):
-    (bad_root / 'train' / '000000.jpg').unlink()
+    (bad_root / 'train' / '000000.jpg').write_bytes(b'')
     kwargs = dict(data_root=str(bad_root), ann_file='annotations/instances_train.json',
                   data_prefix=dict(img='train/'), pipeline=[])
     assert len(LazyCocoDataset(**kwargs)) == 7

@@ -8,7 +8,6 @@ and a summary; exits 1 when a problem's policy is 'fail', else 0. Nothing is wri
 ``--jsonl`` is given (not written when the policy fails). The same checks run when ``LazyCocoDataset(validate=True)`` builds its store.
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,9 +18,10 @@ from mmdet_ext.datasets.validation import (
     DataValidationError,
     apply_policy,
     find_problems,
+    parse_coco_json,
     resolve_policy,
 )
-from mmdet_ext.io import DEFAULT_MAX_PIXELS
+from mmdet_ext.io import DEFAULT_MAX_PIXELS, read_regular_file
 
 
 def main() -> int:
@@ -37,8 +37,11 @@ def main() -> int:
     args = parser.parse_args()
 
     policy = resolve_policy(dict(item.split('=', 1) for item in args.policy))
-    with open(args.ann_file) as f:
-        coco = json.load(f)
+    try:
+        coco = parse_coco_json(read_regular_file(args.ann_file)[0], args.ann_file)
+    except (DataValidationError, OSError) as err:  # OSError: missing, a pipe, a directory
+        print(err)
+        return 1
     problems = find_problems(coco, args.img_prefix, args.data_root, max_pixels=args.max_pixels,
                              check_files=not args.json_only)
     for problem in problems:

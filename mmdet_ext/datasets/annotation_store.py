@@ -29,6 +29,12 @@ With ``validation`` (``validate_coco`` arguments), the json and its files are ch
 the store holds the cleaned data; the cache key then also covers those arguments (another policy
 is another store), and when problems were found they are written next to the store as
 ``<store>.problems.jsonl`` (no problems, no file).
+
+A validated store never serves a decision taken on files that have changed since: it records the
+size and modification time of every local image and mask file it judged (missing ones too), and
+opening it re-checks them with one ``stat`` per file (no reads); if any differs (an image added,
+repaired, replaced or removed) the store is rebuilt. Files behind a remote backend (``s3://``...)
+are not re-checked: delete the store after changing them.
 """
 import errno
 import fcntl
@@ -48,10 +54,16 @@ from mmengine.logging import print_log
 
 from .._native import _C
 from .coco_store_layout import LAYOUT_VERSION, coco_to_sections
-from .validation import validate_coco
+from ..io import file_state, read_regular_file
+from .validation import parse_coco_json, validate_coco
 
 StoreError = _C.StoreError
 STORE_SUFFIX = '.mdxstore'
+# Sections a validated store carries beside the COCO layout (see _validation_sections).
+CHECKED_FILES = 'checked_file_bytes'  # the judged files' paths, NUL-separated
+CHECKED_STATES = 'checked_file_state'  # [N, 2] int64: size, mtime_ns; -1, -1 when missing
+MISSING_IMAGES = 'missing_images'  # [missing, checked] int64
+MISSING_EXAMPLE = 'missing_image_example'  # one missing path, bytes
 PROBLEMS_SUFFIX = '.problems.jsonl'
 # Only where the folder itself cannot be locked (NFS); removed by its holder before it lets go.
 FOLDER_LOCK_NAME = '.mdxstore.lock'
@@ -263,15 +275,32 @@ def _delete_unless_in_use(path: str) -> bool:
     return True
 
 
+def _changed_file(store: AnnotationStore) -> Optional[str]:
+    """A file the store's validation judged that differs now (see module doc), or None."""
+    if CHECKED_STATES not in store.arrays:
+        return None
+    paths = store[CHECKED_FILES].tobytes().split(b'\0') if len(store[CHECKED_FILES]) else []
+    for path, (size, mtime) in zip(paths, store[CHECKED_STATES].tolist()):
+        if file_state(os.fsdecode(path)) != (size, mtime):
+            return os.fsdecode(path)
+    return None
+
+
 def _open_cached(store_path: str, key: bytes) -> Optional[AnnotationStore]:
-    """The store at ``store_path`` if it is sound and holds ``key``; else None (logged)."""
+    """The store at ``store_path`` if it is sound, holds ``key`` and its judged files are as they
+    were; else None (logged)."""
     if not osp.exists(store_path):
         return None
     try:
         store = AnnotationStore(store_path)
-        if store.key == key:
+        changed = _changed_file(store)
+        if store.key != key:
+            problem = 'it was built from different annotations'
+        elif changed is not None:
+            problem = (f'{changed} has changed since the store was built (added, removed or '
+                       'rewritten), so its validation is out of date')
+        else:
             return store
-        problem = 'it was built from different annotations'
     except StoreError as err:
         problem = str(err)
     print_log(f'Rebuilding the annotation store {store_path}: {problem}',
@@ -279,18 +308,37 @@ def _open_cached(store_path: str, key: bytes) -> Optional[AnnotationStore]:
     return None
 
 
+def _validation_sections(report) -> dict[str, np.ndarray]:
+    """What a validated store keeps of its validation: judged files' states, missing images."""
+    paths = list(report.file_states)
+    return {
+        CHECKED_FILES: np.frombuffer(b'\0'.join(os.fsencode(p) for p in paths), dtype=np.uint8),
+        CHECKED_STATES: np.array([report.file_states[p] for p in paths],
+                                 dtype=np.int64).reshape(-1, 2),
+        MISSING_IMAGES: np.array([report.missing_images, report.images_checked], dtype=np.int64),
+        MISSING_EXAMPLE: np.frombuffer(report.missing_example.encode('utf-8', 'surrogateescape'),
+                                       dtype=np.uint8),
+    }
+
+
 def build_store(ann_bytes: bytes, store_path: str, key: bytes,
                 progress: Optional[Callable[[int, int], None]] = None,
                 validation: Optional[dict] = None,
-                backend_args: Optional[dict] = None) -> AnnotationStore:
+                backend_args: Optional[dict] = None,
+                ann_file: Optional[str] = None) -> AnnotationStore:
     """Parse a COCO json's bytes, validate it if asked, and write its store to ``store_path``.
 
     With ``validation``, problems found are written to ``<store_path>.problems.jsonl``; when none
     are, a report left by an earlier build of this store is deleted.
+
+    Raises:
+        AnnotationFileError: the bytes are not a COCO json (the message names ``ann_file``).
     """
-    coco = json.loads(ann_bytes)
+    coco = parse_coco_json(ann_bytes, ann_file or store_path)
+    extra: dict[str, np.ndarray] = {}
     if validation is not None:
         coco, report = validate_coco(coco, backend_args=backend_args, **validation)
+        extra = _validation_sections(report)
         problems_path = store_path + PROBLEMS_SUFFIX
         if report.problems:
             report.write_jsonl(problems_path)
@@ -299,7 +347,7 @@ def build_store(ann_bytes: bytes, store_path: str, key: bytes,
         print_log(f'Annotation store {store_path}: {report.summary()}'
                   + (f'; details in {problems_path}' if report.problems else ''),
                   logger='current', level=30 if report.problems else 20)
-    write_store(store_path, coco_to_sections(coco, progress), key)
+    write_store(store_path, {**coco_to_sections(coco, progress), **extra}, key)
     return AnnotationStore(store_path)
 
 
@@ -319,7 +367,10 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
         validation: ``validate_coco`` keyword arguments (json-serializable), or None to store the
             json unchecked.
     """
-    ann_bytes = fileio.get(ann_file, backend_args=backend_args)
+    if '://' in ann_file or backend_args:
+        ann_bytes = fileio.get(ann_file, backend_args=backend_args)
+    else:  # never blocks on a pipe, never reads a device or a directory
+        ann_bytes, _ = read_regular_file(ann_file)
     json_digest = hashlib.sha256(ann_bytes)
     key_digest = json_digest.copy()
     args_hex = None
@@ -333,6 +384,7 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
     with _folder_lock(directory):
         store = _open_cached(store_path, key)
         if store is None:
-            store = build_store(ann_bytes, store_path, key, progress, validation, backend_args)
+            store = build_store(ann_bytes, store_path, key, progress, validation, backend_args,
+                                ann_file)
         _prune(directory, stem, json_digest.hexdigest())
     return store

@@ -26,6 +26,16 @@ class BadSampleError(RuntimeError):
     """A sample could not be loaded; the message names its index, image id, file and cause."""
 
 
+class MissingFileBadSampleError(BadSampleError, FileNotFoundError):
+    """A sample whose file is missing; also a ``FileNotFoundError``, as mmcv raises for it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)  # OSError's (errno, strerror) form would hide the message
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 class TooManyBadSamplesError(RuntimeError):
     """More than ``max_bad_fraction`` of the samples tried so far were bad."""
 
@@ -81,7 +91,9 @@ class BadSampleHandler:
         cause = f'{type(err).__name__}: {err}'
         where = f'sample {idx} (img_id={img_id}, img_path={img_path})'
         if self.on_bad_sample == 'raise':
-            raise BadSampleError(f'cannot load {where}: {cause}') from err
+            error = MissingFileBadSampleError if isinstance(err, FileNotFoundError) \
+                else BadSampleError
+            raise error(f'cannot load {where}: {cause}') from err
         self.bad_count += 1
         if idx not in self.bad:
             self.bad[idx] = cause

@@ -1,18 +1,21 @@
 """COCO instance segmentation served from a memory-mapped annotation store."""
+import logging
 import os.path as osp
 from typing import Optional, Sequence, Union
 
 import numpy as np
 from mmdet.datasets import BaseDetDataset, CocoDataset
+from mmengine.logging import print_log
 
 from .._compat import dataset_fully_initialized, dataset_indices, mark_dataset_fully_initialized
 from ..io import DEFAULT_MAX_PIXELS
 from ..registry import DATASETS
-from .annotation_store import AnnotationStore, open_store
+from .annotation_store import MISSING_EXAMPLE, MISSING_IMAGES, AnnotationStore, open_store
 from .bad_samples import BadSampleHandler, log_dir
 from .coco_store_layout import MASK_PNG, MASK_POLYGON, MASK_RLE
 from .inflight import InflightRecord
-from .validation import resolve_policy
+from .validation import (MAX_MISSING_FRACTION, DataValidationError, MissingImagesError,
+                         missing_images_message, resolve_policy)
 
 
 @DATASETS.register_module()
@@ -39,7 +42,15 @@ class LazyCocoDataset(BaseDetDataset):
       ``DEFAULT_POLICY``); problems found are reported in ``<store>.problems.jsonl``. In
       ``test_mode`` nothing is dropped and nothing fails (every action becomes ``'report'``):
       ``CocoMetric`` evaluates against the original json, so the evaluated images must stay the
-      json's.
+      json's (only records the store cannot hold, such as a string id, are left out).
+    - Missing image files are kept by default, as ``CocoDataset`` keeps them (it never opens
+      images at init): loading one raises an error that is also a ``FileNotFoundError``. When
+      more than ``MAX_MISSING_FRACTION`` of the images were missing at validation, the first
+      missing one loaded raises ``MissingImagesError`` naming the image prefix and a missing path,
+      whatever ``on_bad_sample`` says (a wrong ``data_prefix`` is not a few bad samples).
+    - Training on an empty dataset (no images in the json, or none left after validation or
+      ``filter_cfg``) is a ``DataValidationError`` naming the json and why, not mmengine's
+      ``ZeroDivisionError`` in the sampler.
     - ``on_bad_sample`` decides what an exception while loading a sample becomes: ``'raise'`` a
       ``BadSampleError`` naming the sample, image id, file and cause; ``'skip'`` (training only;
       mmengine refuses a None sample in ``test_mode``) logs it once, appends it to
@@ -78,6 +89,7 @@ class LazyCocoDataset(BaseDetDataset):
         self.inflight = InflightRecord(work_dir or log_dir())
         self.store: Optional[AnnotationStore] = None
         self._rows = np.zeros(0, dtype=np.int64)
+        self._missing_images_error: Optional[str] = None
         super().__init__(*args, **kwargs)
 
     def full_init(self) -> None:
@@ -93,13 +105,39 @@ class LazyCocoDataset(BaseDetDataset):
         indices = dataset_indices(self)
         if indices is not None:
             self._rows = self._subset(self._rows, indices)
+        self._missing_images_error = self._missing_images()
+        if len(self._rows) == 0 and not self.test_mode:
+            raise DataValidationError(self._empty_reason())
         mark_dataset_fully_initialized(self)
+
+    def _missing_images(self) -> Optional[str]:
+        """The wrong-prefix message when most images were missing at validation, else None."""
+        if MISSING_IMAGES not in self.store.arrays:
+            return None
+        missing, checked = (int(v) for v in self.store[MISSING_IMAGES])
+        if missing == 0 or missing <= MAX_MISSING_FRACTION * checked:
+            return None
+        example = self.store[MISSING_EXAMPLE].tobytes().decode('utf-8', 'surrogateescape')
+        message = missing_images_message(missing, checked, self.data_prefix.get('img', ''),
+                                         example)
+        print_log(f'{self.ann_file}: {message}', logger='current', level=logging.WARNING)
+        return message
+
+    def _empty_reason(self) -> str:
+        where = f'{self.ann_file} (image prefix {self.data_prefix.get("img", "")!r})'
+        if self.store.num_images == 0:
+            if MISSING_IMAGES in self.store.arrays and int(self.store[MISSING_IMAGES][1]):
+                return (f'{where}: no image is left after validation; see the problem report '
+                        f'{self.store.path}.problems.jsonl')
+            return f'{where}: the json lists no images; there is nothing to train on'
+        return (f'{where}: filter_cfg={self.filter_cfg} (or indices) left none of the '
+                f'{self.store.num_images} images; there is nothing to train on')
 
     def _validation_args(self) -> Optional[dict]:
         if not self.validate:
             return None
         policy = self.bad_data_policy
-        if self.test_mode:
+        if self.test_mode:  # records the store cannot hold are still left out (Problem.storable)
             policy = {kind: 'report' for kind in policy}
         return {'img_prefix': self.data_prefix.get('img', ''), 'mask_root': self.data_root or '',
                 'policy': policy, 'max_pixels': self.max_pixels}
@@ -119,6 +157,9 @@ class LazyCocoDataset(BaseDetDataset):
             data = super().prepare_data(idx)
         except Exception as err:  # noqa: BLE001 -- any pipeline failure is a bad sample
             self.inflight.end()
+            if isinstance(err, FileNotFoundError) and self._missing_images_error:
+                raise MissingImagesError(f'{self.ann_file}: {self._missing_images_error}; '
+                                         f'loading {img_path} failed') from err
             self.bad_samples.handle(err, idx, img_id, img_path)
             return None
         self.inflight.end()

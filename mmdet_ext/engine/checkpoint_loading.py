@@ -10,9 +10,11 @@ Here every load goes to CPU (memory-mapped when the file allows it) through
 ``weights_only=True`` with an explicit allowlist of what these checkpoints legitimately contain.
 """
 import importlib
+import io
 import logging
 import os
 import pickle
+import struct
 import zipfile
 from typing import Any, Callable, Sequence, Union
 
@@ -22,6 +24,7 @@ from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
 from .._compat import checkpoint_schemes, set_checkpoint_schemes
+from ..io import open_regular_file
 
 SafeGlobal = Union[Callable, tuple[Callable, str]]
 
@@ -105,6 +108,37 @@ def _unpickler_reason(err: pickle.UnpicklingError) -> str:
     return ' '.join(reason.split()) or message.splitlines()[0]
 
 
+# torch.save writes a zip archive; before torch 1.6 (and with _use_new_zipfile_serialization=False)
+# a pickle stream of protocol >= 2, which starts with the PROTO opcode.
+_CHECKPOINT_MAGICS = (b'PK\x03\x04', b'\x80')
+
+
+def check_checkpoint_file(filename: str) -> None:
+    """Refuse, naming the file, what cannot be a checkpoint before ``torch.load`` reads it.
+
+    Why: ``torch.load`` on a text file fails with ``KeyError``/``IndexError`` from inside the
+    unpickler, and on a named pipe it blocks forever.
+
+    Raises:
+        FileNotFoundError: nothing at ``filename``.
+        CheckpointLoadError: a directory, pipe, socket or device; empty; not a zip or pickle.
+    """
+    try:
+        fd = open_regular_file(filename)
+    except FileNotFoundError:
+        raise FileNotFoundError(f'checkpoint {filename} does not exist') from None
+    except OSError as err:
+        raise CheckpointLoadError(f'checkpoint {filename} {err.strerror}') from err
+    with os.fdopen(fd, 'rb') as f:
+        head = f.read(64)
+    if not head:
+        raise CheckpointLoadError(f'checkpoint {filename} is empty (zero bytes)')
+    if not head.startswith(_CHECKPOINT_MAGICS):
+        raise CheckpointLoadError(
+            f'checkpoint {filename} is not a PyTorch checkpoint (neither a zip archive nor a '
+            f'pickle; it starts with {head[:16]!r}): a text file or a download error page?')
+
+
 def load_checkpoint_to_cpu(filename: str, *, allow_unsafe_globals: bool = False,
                            extra_safe_globals: Sequence[Callable] = (),
                            mmap: bool = True) -> Any:
@@ -121,14 +155,16 @@ def load_checkpoint_to_cpu(filename: str, *, allow_unsafe_globals: bool = False,
 
     Raises:
         FileNotFoundError: ``filename`` does not exist.
-        CheckpointLoadError: the file is truncated/corrupt, or holds a global outside the allowlist
-            (the message names it and how to allow it).
+        CheckpointLoadError: the file is not a checkpoint (text, empty, a pipe or a directory),
+            is truncated/corrupt, or holds a global outside the allowlist (the message names it
+            and how to allow it).
     """
     filename = os.path.expanduser(filename)
-    if not os.path.isfile(filename):
-        raise FileNotFoundError(f'checkpoint {filename} does not exist')
+    check_checkpoint_file(filename)
     is_zip = zipfile.is_zipfile(filename)
     use_mmap = mmap and is_zip
+    if is_zip:
+        check_zip_storage_sizes(filename)
     if allow_unsafe_globals:
         print_log(f'Loading {filename} with weights_only=False (allow_unsafe_globals=True): any '
                   'code pickled in it runs now. Only do this for checkpoints you trust.',
@@ -136,7 +172,8 @@ def load_checkpoint_to_cpu(filename: str, *, allow_unsafe_globals: bool = False,
         return torch.load(filename, map_location='cpu', weights_only=False, mmap=use_mmap)
     try:
         with torch.serialization.safe_globals([*checkpoint_safe_globals(), *extra_safe_globals]):
-            return torch.load(filename, map_location='cpu', weights_only=True, mmap=use_mmap)
+            checkpoint = torch.load(filename, map_location='cpu', weights_only=True,
+                                    mmap=use_mmap)
     except pickle.UnpicklingError as err:
         offending = _disallowed_globals(filename, extra_safe_globals) if is_zip else []
         what = ', '.join(offending) if offending else _unpickler_reason(err)
@@ -147,9 +184,95 @@ def load_checkpoint_to_cpu(filename: str, *, allow_unsafe_globals: bool = False,
             f"dict(type='CpuCheckpointLoadHook', extra_safe_globals=['{example}']) keeps "
             "weights_only loading, or allow_unsafe_globals=True disables it (runs any pickled "
             'code).') from err
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError, KeyError, IndexError,
+            TypeError, AttributeError, struct.error) as err:  # what a damaged stream raises
         raise CheckpointLoadError(
             f'checkpoint {filename} is truncated or corrupt and cannot be read: {err}') from err
+    return checkpoint
+
+
+class _RecordingUnpickler(pickle.Unpickler):
+    """Reads a checkpoint's ``data.pkl`` only for its storage records; runs nothing.
+
+    Every global becomes an inert placeholder (so no pickled code can run), and every persistent
+    id (torch's storage reference) is recorded instead of loaded.
+    """
+
+    def __init__(self, file) -> None:
+        super().__init__(file)
+        self.storages: list[tuple] = []
+
+    def find_class(self, module: str, name: str) -> type:
+        return type(name, (_Inert,), {})
+
+    def persistent_load(self, pid: Any) -> Any:
+        self.storages.append(tuple(pid) if isinstance(pid, (tuple, list)) else (pid,))
+        return _Inert()
+
+
+class _Inert:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:  # OrderedDict and friends
+        pass
+
+    def append(self, value: Any) -> None:
+        pass
+
+    def extend(self, values: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> '_Inert':
+        return _Inert()
+
+
+_STORAGE_ITEM_BYTES = {'UntypedStorage': 1, 'ByteStorage': 1, 'CharStorage': 1, 'BoolStorage': 1,
+                       'ShortStorage': 2, 'HalfStorage': 2, 'BFloat16Storage': 2,
+                       'IntStorage': 4, 'FloatStorage': 4, 'LongStorage': 8, 'DoubleStorage': 8,
+                       'ComplexFloatStorage': 8, 'ComplexDoubleStorage': 16}
+
+
+def check_zip_storage_sizes(filename: str) -> None:
+    """Raise ``CheckpointLoadError`` if a storage claims more bytes than the file stores for it.
+
+    Why: with ``mmap`` torch maps each storage at its entry's offset with the size the pickle
+    claims, so a short entry is not noticed: the tensor reads whatever follows it in the file.
+    """
+    try:
+        with zipfile.ZipFile(filename) as archive:
+            names = archive.namelist()
+            pickles = [n for n in names if n.endswith('data.pkl') and n.count('/') == 1]
+            if not pickles:
+                raise CheckpointLoadError(f'checkpoint {filename} is a zip archive without a '
+                                          'data.pkl: not a PyTorch checkpoint')
+            prefix = pickles[0][:-len('data.pkl')]
+            unpickler = _RecordingUnpickler(io.BytesIO(archive.read(pickles[0])))
+            unpickler.load()
+            sizes = {info.filename: info.file_size for info in archive.infolist()}
+    except CheckpointLoadError:
+        raise
+    except Exception as err:  # noqa: BLE001 -- any failure here is a damaged file
+        raise CheckpointLoadError(
+            f'checkpoint {filename} is truncated or corrupt and cannot be read: '
+            f'{type(err).__name__}: {err}') from err
+    for record in unpickler.storages:
+        if len(record) != 5 or record[0] != 'storage':
+            continue
+        _, storage_type, key, _, numel = record
+        item = _STORAGE_ITEM_BYTES.get(type(storage_type).__name__ if isinstance(
+            storage_type, _Inert) else getattr(storage_type, '__name__', ''))
+        entry = f'{prefix}data/{key}'
+        if item is None or not isinstance(numel, int):
+            continue
+        held = sizes.get(entry)
+        if held is None or numel * item > held:
+            raise CheckpointLoadError(
+                f'checkpoint {filename} is truncated or corrupt: storage {key} claims '
+                f'{numel * item} bytes, the file holds {held or 0} for it')
 
 
 def install_cpu_checkpoint_loader(*, allow_unsafe_globals: bool = False,

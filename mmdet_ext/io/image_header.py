@@ -57,6 +57,44 @@ def _jpeg_size(data: bytes) -> tuple[int, int]:
     raise ImageHeaderError(f'truncated JPEG: the frame header is missing ({len(data)} bytes)')
 
 
+def jpeg_exif_orientation(data: bytes) -> int:
+    """The EXIF orientation (1..8) of a JPEG, 1 when it has none or the EXIF block is damaged.
+
+    Why: decoders (``cv2.imdecode``, so mmcv and ``decode_image``) apply it, and orientations 5..8
+    swap height and width: the header's size is then not the decoded image's.
+    """
+    pos = 2
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        (length,) = struct.unpack('>H', data[pos + 2:pos + 4])
+        if marker == 0xDA or length < 2:
+            break
+        segment = data[pos + 4:pos + 2 + length]
+        if marker == 0xE1 and segment.startswith(b'Exif\0\0'):
+            return _tiff_orientation(segment[6:])
+        pos += 2 + length
+    return 1
+
+
+def _tiff_orientation(tiff: bytes) -> int:
+    order = {b'II': '<', b'MM': '>'}.get(tiff[:2])
+    if order is None or len(tiff) < 8:
+        return 1
+    (ifd,) = struct.unpack(order + 'I', tiff[4:8])
+    if ifd + 2 > len(tiff):
+        return 1
+    (count,) = struct.unpack(order + 'H', tiff[ifd:ifd + 2])
+    for entry in range(ifd + 2, min(ifd + 2 + 12 * count, len(tiff) - 11), 12):
+        tag, kind = struct.unpack(order + 'HH', tiff[entry:entry + 4])
+        if tag == 0x0112 and kind == 3:  # Orientation, SHORT
+            (value,) = struct.unpack(order + 'H', tiff[entry + 8:entry + 10])
+            return value if 1 <= value <= 8 else 1
+    return 1
+
+
 def is_jpeg_or_png(data: bytes) -> bool:
     """Whether ``data`` starts like a JPEG or PNG file (the formats ``read_image_header`` reads)."""
     return data.startswith((_JPEG_MAGIC, _PNG_MAGIC))

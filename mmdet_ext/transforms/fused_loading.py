@@ -89,7 +89,7 @@ class NativeLoadResizeFlip(BaseTransform):
         except ImageLoadError as err:
             if self.ignore_empty:
                 return None
-            raise ImageLoadError(f'NativeLoadResizeFlip: {err}') from err
+            raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
         masks = results.get('gt_masks', None)
         if masks is not None and (masks.height, masks.width) != (height, width):
             raise ImageLoadError(

@@ -7,13 +7,24 @@ from mmcv.transforms import LoadImageFromFile
 from mmengine import fileio
 
 from ..io import (DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError, is_jpeg_or_png,
-                  read_image_header)
+                  read_image_header, read_regular_file)
 from ..ops import decode_image
 from ..registry import TRANSFORMS
 
 
 class ImageLoadError(RuntimeError):
     """An image file that cannot be read or decoded; the message names the file."""
+
+
+class ImageFileNotFoundError(ImageLoadError, FileNotFoundError):
+    """No image file at the path; also a ``FileNotFoundError``, as mmcv's ``LoadImageFromFile``
+    raises, so code catching that catches this."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)  # OSError's (errno, strerror) form would hide the message
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 def read_image_bytes(filename: str, backend_args: Optional[dict],
@@ -25,8 +36,13 @@ def read_image_bytes(filename: str, backend_args: Optional[dict],
     name the file.
     """
     try:
-        img_bytes = fileio.get(filename, backend_args=backend_args)
+        if '://' in filename or backend_args:
+            img_bytes = fileio.get(filename, backend_args=backend_args)
+        else:  # never blocks on a pipe, never reads a device or a directory
+            img_bytes, _ = read_regular_file(filename)
         header = read_image_header(img_bytes, max_pixels) if is_jpeg_or_png(img_bytes) else None
+    except FileNotFoundError as err:
+        raise ImageFileNotFoundError(f'cannot load {filename}: no such file') from err
     except (OSError, ImageHeaderError) as err:
         raise ImageLoadError(f'cannot load {filename}: {err}') from err
     encoded = torch.frombuffer(bytearray(img_bytes), dtype=torch.uint8) if img_bytes \
@@ -89,7 +105,7 @@ class NativeLoadImageFromFile(LoadImageFromFile):
         except ImageLoadError as err:
             if self.ignore_empty:
                 return None
-            raise ImageLoadError(f'NativeLoadImageFromFile: {err}') from err
+            raise type(err)(f'NativeLoadImageFromFile: {err}') from err  # keeps the subclass
         img = as_mmcv_image(image, self.to_float32)
         results['img'] = img
         results['img_shape'] = img.shape[:2]
