@@ -19,8 +19,8 @@ from mmdet.structures.bbox import HorizontalBoxes, get_box_type
 from mmdet.structures.mask import BaseInstanceMasks, BitmapMasks, PolygonMasks
 
 from ..ops import (has_kernel, pack_counts, pack_polygons, polygons_crop_and_resize,
-                   polygons_to_masks, rle_area, rle_crop_and_resize, rle_decode_batch, rle_encode,
-                   rle_to_bbox, rle_to_string)
+                   polygons_to_masks, rle_area, rle_crop_and_resize, rle_decode_batch,
+                   rle_from_polygons, rle_to_bbox, rle_to_string)
 from .polygon_raster import rasterize_polygons
 from .raster_source import RasterSource
 
@@ -414,19 +414,40 @@ class LazyBitmapMasks(LazyInstanceMasks, BitmapMasks):
     def expand(self, expanded_h: int, expanded_w: int, top: int,
                left: int) -> 'LazyBitmapMasks':
         """The masks placed at (``top``, ``left``) in a zero canvas of ``expanded_h`` x
-        ``expanded_w``, as ``BitmapMasks.expand``. Polygon instances are rasterised (to RLE) at
-        the current size first: moving the polygon would also reveal its parts outside the
-        image, which the bitmap has clipped."""
-        items = list(self.items)
-        polygon_rows = self._polygon_rows()
-        if polygon_rows:
-            bitmaps = rasterize_polygons([items[i] for i in polygon_rows], self.height,
-                                         self.width)
-            for row, bitmap in zip(polygon_rows, bitmaps):
-                counts = rle_to_string(rle_encode(torch.from_numpy(bitmap)))
-                items[row] = RasterSource('rle', counts, self.height, self.width)
-        return self._wrap(items, self.height, self.width)._map(
-            'expand', (expanded_h, expanded_w), expanded_h, expanded_w, top, left)
+        ``expanded_w``, as ``BitmapMasks.expand``. Polygon instances become their RLE at the
+        current size first: moving the polygon would also reveal its parts outside the image,
+        which the bitmap has clipped."""
+        return self._as_rasters()._map('expand', (expanded_h, expanded_w), expanded_h,
+                                       expanded_w, top, left)
+
+    @property
+    def areas(self) -> np.ndarray:
+        """Foreground pixels per instance, ndarray[N], as ``BitmapMasks.areas`` (polygons: the
+        pixels they rasterise to at the current size, counted on their RLE)."""
+        if self._pixels is not None:
+            return self._pixels.sum((1, 2))
+        return LazyInstanceMasks.areas.fget(self._as_rasters()).astype(np.uint64)
+
+    def get_bboxes(self, dst_type='hbox'):
+        """Tight pixel boxes as ``BitmapMasks.get_bboxes`` (last row and column + 1, zeros for an
+        empty mask), polygons included."""
+        return LazyInstanceMasks.get_bboxes(self._as_rasters(), dst_type)
+
+    def _as_rasters(self) -> 'LazyBitmapMasks':
+        """These masks with every polygon instance replaced by its RLE at the current size (one
+        native ``rle_from_polygons`` each; no full-size bitmap)."""
+        if not self._polygon_rows():
+            return self
+        items = [item if isinstance(item, RasterSource) else
+                 RasterSource('rle', rle_to_string(_polygon_rle(item, self.height, self.width)),
+                              self.height, self.width) for item in self.items]
+        return self._wrap(items, self.height, self.width)
+
+
+def _polygon_rle(parts: Polygon, height: int, width: int) -> torch.Tensor:
+    """Counts (Tensor[K] int32) of one polygon instance rasterised at ``height`` x ``width``."""
+    coords, part_lengths, _ = pack_polygons([parts])
+    return rle_from_polygons(coords, part_lengths, height, width)
 
 
 class LazyPolygonMasks(LazyInstanceMasks, PolygonMasks):
@@ -458,10 +479,6 @@ class LazyPolygonMasks(LazyInstanceMasks, PolygonMasks):
 
     def _positions(self, index) -> list:
         count = len(self.items)
-        if isinstance(index, torch.Tensor):
-            if index.is_floating_point():
-                raise ValueError(f'Unsupported input of type {type(index)} for indexing!')
-            index = index.cpu().numpy()
         if isinstance(index, np.ndarray):
             index = (np.flatnonzero(index) if index.dtype == bool else index).tolist()
         if isinstance(index, list):
@@ -475,6 +492,20 @@ class LazyPolygonMasks(LazyInstanceMasks, PolygonMasks):
     @staticmethod
     def _items_of(masks: BaseInstanceMasks) -> list:
         return masks.items if isinstance(masks, LazyInstanceMasks) else list(masks.masks)
+
+    def to_ndarray(self) -> np.ndarray:
+        """ndarray[N, height, width] bool, as ``PolygonMasks.to_ndarray`` (uint8 when N = 0)."""
+        pixels = self._rasterize()
+        return pixels.view(bool) if len(pixels) else pixels
+
+    def crop_and_resize(self, bboxes, out_shape, inds, device='cpu', interpolation='bilinear',
+                        binarize=True) -> BitmapMasks:
+        """``LazyInstanceMasks.crop_and_resize`` with ``PolygonMasks``' bool targets."""
+        targets = super().crop_and_resize(bboxes, out_shape, inds, device, interpolation,
+                                          binarize)
+        if len(targets):
+            targets.masks = targets.masks.view(bool)
+        return targets
 
 
 _UPSTREAM_CLASS = {LazyBitmapMasks: BitmapMasks, LazyPolygonMasks: PolygonMasks}
