@@ -355,6 +355,20 @@ class LazyBitmapMasks(LazyInstanceMasks, BitmapMasks):
 
     _pixels = None  # ndarray[N, height, width] once .masks was read or assigned
 
+    def __init__(self, items, height: int, width: int) -> None:
+        """``items`` as ``LazyInstanceMasks``, or what ``BitmapMasks`` takes -- ndarray[N, H, W]
+        or a list of ndarray[H, W] -- since mmdet code rebuilds masks with
+        ``type(masks)(pixels, height, width)`` (``Albu``, ``BitmapMasks.random``)."""
+        if not _are_pixels(items):
+            super().__init__(items, height, width)
+            return
+        self.height, self.width = int(height), int(width)
+        pixels = np.stack(items) if len(items) else np.empty((0, height, width), np.uint8)
+        if pixels.shape[1:] != (self.height, self.width):
+            raise MaskInputError(f'LazyBitmapMasks: masks of shape {pixels.shape[1:]} given '
+                                 f'for height={height}, width={width}')
+        self._adopt(pixels)
+
     @property
     def masks(self) -> np.ndarray:
         if self._pixels is None:
@@ -433,15 +447,45 @@ class LazyBitmapMasks(LazyInstanceMasks, BitmapMasks):
         empty mask), polygons included."""
         return LazyInstanceMasks.get_bboxes(self._as_rasters(), dst_type)
 
-    def _as_rasters(self) -> 'LazyBitmapMasks':
-        """These masks with every polygon instance replaced by its RLE at the current size (one
-        native ``rle_from_polygons`` each; no full-size bitmap)."""
-        if not self._polygon_rows():
+    def pad(self, out_shape, pad_val: int = 0) -> 'LazyBitmapMasks':
+        """Zero-pad to ``out_shape`` as ``BitmapMasks.pad``. A polygon reaching outside the
+        image becomes its RLE first (padding would reveal the part the bitmap has clipped);
+        the others stay polygons."""
+        outside = [not _inside(item, self.height, self.width) for item in self.items]
+        return self._as_rasters(outside)._map('pad', tuple(out_shape), tuple(out_shape), pad_val)
+
+    def _as_rasters(self, which: Sequence[bool] = None) -> 'LazyBitmapMasks':
+        """These masks with the polygon instances (those flagged in ``which``, default all)
+        replaced by their RLE at the current size (one native ``rle_from_polygons`` each; no
+        full-size bitmap)."""
+        which = [True] * len(self.items) if which is None else which
+        rows = [i for i in self._polygon_rows() if which[i]]
+        if not rows:
             return self
-        items = [item if isinstance(item, RasterSource) else
-                 RasterSource('rle', rle_to_string(_polygon_rle(item, self.height, self.width)),
-                              self.height, self.width) for item in self.items]
+        items = list(self.items)
+        for i in rows:
+            items[i] = RasterSource('rle', rle_to_string(_polygon_rle(items[i], self.height,
+                                                                      self.width)),
+                                    self.height, self.width)
         return self._wrap(items, self.height, self.width)
+
+
+def _are_pixels(items) -> bool:
+    """Whether ``items`` is ``BitmapMasks`` input: ndarray[N, H, W] or ndarrays[H, W]."""
+    if isinstance(items, np.ndarray):
+        return True
+    return len(items) > 0 and all(isinstance(item, np.ndarray) and item.ndim == 2
+                                  for item in items)
+
+
+def _inside(item: Item, height: int, width: int) -> bool:
+    """Whether ``item`` is a raster, or a polygon whose points all lie in [0, width - 1] x
+    [0, height - 1] (then its pixels never leave the image)."""
+    if isinstance(item, RasterSource):
+        return True
+    return all(part.size == 0 or (part[0::2].min() >= 0 and part[0::2].max() <= width - 1
+                                  and part[1::2].min() >= 0 and part[1::2].max() <= height - 1)
+               for part in item)
 
 
 def _polygon_rle(parts: Polygon, height: int, width: int) -> torch.Tensor:

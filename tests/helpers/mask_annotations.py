@@ -23,16 +23,20 @@ def image_sizes(draw) -> tuple:
 
 
 @st.composite
-def samples(draw, kinds=POLYGON_KINDS + RLE_KINDS, min_size=0, max_size=5) -> dict:
-    """A ``LoadAnnotations`` input with instances of the given mask ``kinds``."""
-    height, width = draw(image_sizes())
+def samples(draw, kinds=POLYGON_KINDS + RLE_KINDS, min_size=0, max_size=5, size=None) -> dict:
+    """A ``LoadAnnotations`` input with instances of the given mask ``kinds``, of ``size``
+    (height, width) when given."""
+    height, width = size or draw(image_sizes())
     instances = []
     for kind in draw(st.lists(st.sampled_from(kinds), min_size=min_size, max_size=max_size)):
         seed = draw(st.integers(0, 2**31 - 1))
         mask = _MAKERS[kind](np.random.default_rng(seed), height, width)
         crowd = kind.startswith('rle') and draw(st.booleans())
-        instances.append(dict(bbox=[1.0, 2.0, width - 1.0, height - 1.0], bbox_label=len(instances) % 3,
-                              ignore_flag=int(crowd), mask=mask))
+        x1, y1 = draw(st.integers(0, width - 2)), draw(st.integers(0, height - 2))
+        bbox = [float(x1), float(y1), float(draw(st.integers(x1 + 1, width))),
+                float(draw(st.integers(y1 + 1, height)))]
+        instances.append(dict(bbox=bbox, bbox_label=len(instances) % 3, ignore_flag=int(crowd),
+                              mask=mask))
     return dict(ori_shape=(height, width), height=height, width=width, img_shape=(height, width),
                 instances=instances)
 
