@@ -152,3 +152,22 @@ def test_d2_wrapper_takes_the_same_branch():
     ours, reference = masks_of(sample, poly2mask=True)
     assert isinstance(ours, BitmapMasks)
     assert torch.equal(BitMasks(ours.masks).tensor, BitMasks(reference.masks).tensor)
+
+
+@CONFORMANCE
+@given(case=FLAVOURS)
+def test_instance_data_indexing_and_cat(case):
+    """mmengine's ``InstanceData[index]`` slices then ``cat``s masks; ``InstanceData.cat`` too
+    (samplers, assigners, PackDetInputs' ignore split)."""
+    ours, reference = masks_of(*case)
+    count = len(reference)
+    data = [InstanceData(masks=masks, labels=torch.arange(count)) for masks in (ours, reference)]
+    flags = torch.arange(count) % 2 == 0
+    for index in (flags, torch.nonzero(flags).view(-1), slice(0, count, 2),
+                  *([[0, 0], 0, -1] if count else [])):
+        selected = [instance_data[index].masks for instance_data in data]
+        assert isinstance(selected[0], type(reference))
+        np.testing.assert_array_equal(selected[0].to_ndarray(), selected[1].to_ndarray())
+    joined = [InstanceData.cat([instance_data, instance_data]).masks for instance_data in data]
+    assert isinstance(joined[0], type(reference))
+    np.testing.assert_array_equal(joined[0].to_ndarray(), joined[1].to_ndarray())
