@@ -148,7 +148,8 @@ def test_d2_wrapper_takes_the_same_branch():
     sample = samples(kinds=POLYGON_KINDS, min_size=2).example()
     ours, reference = masks_of(sample, poly2mask=False)
     assert isinstance(ours, PolygonMasks)
-    assert D2PolygonMasks(ours.masks).area().tolist() == D2PolygonMasks(reference.masks).area().tolist()
+    assert D2PolygonMasks(ours.masks).area().tolist() == \
+        D2PolygonMasks(reference.masks).area().tolist()
     ours, reference = masks_of(sample, poly2mask=True)
     assert isinstance(ours, BitmapMasks)
     assert torch.equal(BitMasks(ours.masks).tensor, BitMasks(reference.masks).tensor)

@@ -139,7 +139,8 @@ def test_bitmap_flavour_members_equal_bitmap_masks(sample):
         np.testing.assert_array_equal(ours.areas, reference.areas)
         copied = pickle.loads(pickle.dumps(ours))
         copied.masks[:, 3:, :] = 0
-        np.testing.assert_array_equal(copied.to_ndarray(), masks * (np.arange(ours.height) < 3)[:, None])
+        top_rows = (np.arange(ours.height) < 3)[:, None]
+        np.testing.assert_array_equal(copied.to_ndarray(), masks * top_rows)
     ours.masks = reference.masks[::-1].copy()
     assert_same_pixels(ours, BitmapMasks(reference.masks[::-1], reference.height, reference.width))
 
