@@ -10,7 +10,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mmdet.datasets.transforms import (CopyPaste, Expand, FilterAnnotations, LoadAnnotations,
-                                       PackDetInputs, RandomCrop, RandomErasing)
+                                       PackDetInputs, Pad, RandomCrop, RandomErasing, RandomFlip,
+                                       Resize)
 from mmdet.structures.mask import BitmapMasks
 
 from helpers.mask_annotations import RLE_KINDS, image_sizes, samples
@@ -110,3 +111,21 @@ def test_pack_det_inputs_keeps_the_lazy_bitmap_masks(sample, seed):
     reference = PackDetInputs()(reference)['data_samples'].gt_instances
     assert type(ours.masks) is LazyBitmapMasks
     np.testing.assert_array_equal(ours.masks.to_ndarray(), reference.masks.to_ndarray())
+
+
+@CONFORMANCE
+@given(sample=samples(kinds=('polygon', 'rle'), min_size=1), seed=st.integers(0, 2**16))
+def test_the_standard_pipeline_never_asks_for_pixels(sample, seed):
+    """Being a BitmapMasks costs nothing on the paths that do not read pixels: after mmdet's
+    usual pipeline the instances are still polygons and RLEs, and ``.masks`` was never built."""
+    ours, _ = loaded(sample, seed)
+    height, width = sample['ori_shape']
+    for transform in (Resize(scale=(width * 2 + 1, height + 3), keep_ratio=True),
+                      RandomFlip(prob=1.0), Pad(size_divisor=8),
+                      FilterAnnotations(by_box=False, by_mask=True), PackDetInputs()):
+        ours = run_seeded(transform, ours, seed)
+        if ours is None:
+            return
+    masks = ours['data_samples'].gt_instances.masks
+    assert masks._pixels is None
+    assert all(isinstance(item, list) or item.kind == 'rle' for item in masks.items)
