@@ -124,12 +124,12 @@ def test_batch_augments(batch, args, seed, augment):
     if augment == 'fixed_size_pad':
         height = max(sample['inputs'].shape[1] for sample in batch) + 40
         width = max(sample['inputs'].shape[2] for sample in batch) + 40
-        augments = [dict(type='BatchFixedSizePad', size=(height, width), pad_mask=True,
+        augments = [dict(type='mmdet.BatchFixedSizePad', size=(height, width), pad_mask=True,
                          pad_seg=True, img_pad_value=args.get('pad_value', 0))]
     else:
         MessageHub.get_current_instance().update_info('iter', seed)
-        augments = [dict(type='BatchSyncRandomResize', random_size_range=(16, 64), interval=1,
-                         size_divisor=16)]
+        augments = [dict(type='mmdet.BatchSyncRandomResize', random_size_range=(16, 64),
+                         interval=1, size_divisor=16)]
     ours, reference = run_both(batch, dict(args, batch_augments=augments), True, seed=seed)
     assert_same_outputs(ours, reference)
 
