@@ -4,13 +4,14 @@ Why: mmengine's ``pseudo_collate`` hands the main process a list of images, and 
 ``DetDataPreprocessor`` converts, normalises and pads them one by one on the training process's
 critical path. A home-made collate that converts the dataset's own lists to tensors in place goes
 wrong the other way: the next epoch sees corrupted annotations. ``fast_collate`` copies
-every image once, straight into a preallocated ``[B, C, H, W]`` uint8 tensor padded to
-``pad_size_divisor`` (in the DataLoader worker, where it costs no training time), and builds only
-new containers: the samples it receives are never modified.
+every image once, straight into a preallocated ``[B, C, H, W]`` uint8 tensor (in the DataLoader
+worker, where it costs no training time), and builds only new containers: the samples it
+receives are never modified. A batch it has no fast path for (tuple samples, multi-branch dict
+inputs, images that are not ``Tensor[C, H, W]`` of one dtype and channel count) is collated by
+``pseudo_collate``, so any batch mmengine accepts is accepted.
 
-Use with ``FastDetDataPreprocessor`` (``mmdet_ext.models``), which normalises the batch and keeps
-mmdet's padding semantics exactly; mmdet's own ``DetDataPreprocessor`` also accepts the batch
-(see that class's docstring for the small difference).
+Use with ``FastDetDataPreprocessor`` (``mmdet_ext.models``), which normalises the batch and pads it
+to its own ``pad_size_divisor`` exactly as mmdet does: the divisor is set once, there.
 """
 from collections.abc import Sequence
 from typing import Any
@@ -24,20 +25,24 @@ from .rounding import padded_size
 
 
 @FUNCTIONS.register_module()
-def fast_collate(data_batch: Sequence[dict], pad_size_divisor: int = 32, pad_value: int = 0,
-                 pin_memory: bool = False) -> dict[str, Any]:
+def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int = 0,
+                 pin_memory: bool = False) -> Any:
     """Collate ``PackDetInputs`` outputs into a padded batch.
 
     Args:
         data_batch: samples, each ``{'inputs': Tensor[C, H_i, W_i], 'data_samples': ...}``
-            (any dtype, all the same; uint8 from the standard pipeline).
+            (any dtype, all the same; uint8 from the standard pipeline); other batches go to
+            ``pseudo_collate``.
         pad_size_divisor: the batch's height and width are rounded up to a multiple of this.
+            ``FastDetDataPreprocessor`` crops or pads the batch to its own divisor, so leave it
+            at 1 (no padding beyond the largest image) unless another consumer needs it.
         pad_value: value of the padding (in the images' own units, before normalisation).
         pin_memory: allocate the batch in page-locked memory when CUDA is available and this
             runs in the main process (``num_workers=0``); workers cannot pin (no CUDA in forked
             workers) -- use the DataLoader's ``pin_memory=True`` for them.
 
     Returns:
+        ``pseudo_collate(data_batch)`` for a batch without the fast path, else
         ``{'inputs': Tensor[B, C, H, W], 'data_samples': [...], 'input_shapes': [(H_i, W_i)]}``,
         H and W the largest H_i, W_i rounded up to ``pad_size_divisor``; every other key
         collated as ``pseudo_collate`` would. ``input_shapes`` lets the data preprocessor tell
@@ -47,17 +52,10 @@ def fast_collate(data_batch: Sequence[dict], pad_size_divisor: int = 32, pad_val
         raise ValueError('fast_collate: the batch is empty')
     if pad_size_divisor < 1:
         raise ValueError(f'fast_collate: pad_size_divisor must be >= 1, got {pad_size_divisor}')
+    if not _has_fast_path(data_batch):
+        return pseudo_collate(data_batch)
     images = [sample['inputs'] for sample in data_batch]
     first = images[0]
-    for index, image in enumerate(images):
-        if not isinstance(image, torch.Tensor) or image.dim() != 3:
-            raise TypeError(f'fast_collate: sample {index} inputs must be a Tensor[C, H, W] '
-                            f'(PackDetInputs output), got {type(image).__name__} '
-                            f'{getattr(image, "shape", "")}')
-        if image.dtype != first.dtype or image.shape[0] != first.shape[0]:
-            raise ValueError(f'fast_collate: sample {index} is {image.dtype} with '
-                             f'{image.shape[0]} channels, sample 0 is {first.dtype} with '
-                             f'{first.shape[0]}: one batch needs one dtype and channel count')
     height = padded_size(max(image.shape[1] for image in images), pad_size_divisor)
     width = padded_size(max(image.shape[2] for image in images), pad_size_divisor)
     shape = (len(images), first.shape[0], height, width)
@@ -82,3 +80,15 @@ def fast_collate(data_batch: Sequence[dict], pad_size_divisor: int = 32, pad_val
     collated['inputs'] = batch
     collated['input_shapes'] = [tuple(image.shape[1:]) for image in images]
     return collated
+
+
+def _has_fast_path(data_batch: Sequence) -> bool:
+    """Whether every sample is a dict whose ``inputs`` is a Tensor[C, H, W], all of one dtype,
+    device and channel count."""
+    if not all(isinstance(sample, dict) and isinstance(sample.get('inputs'), torch.Tensor)
+               for sample in data_batch):
+        return False
+    first = data_batch[0]['inputs']
+    return all(sample['inputs'].dim() == 3 and sample['inputs'].dtype == first.dtype
+               and sample['inputs'].device == first.device
+               and sample['inputs'].shape[0] == first.shape[0] for sample in data_batch)

@@ -8,7 +8,7 @@ from mmdet.structures.bbox import HorizontalBoxes
 from mmdet.structures.mask import BitmapMasks, PolygonMasks
 from pycocotools import mask as mask_utils
 
-from mmdet_ext.structures import LazyInstanceMasks, RasterSource
+from mmdet_ext.structures import LazyInstanceMasks, LazyPolygonMasks, RasterSource
 
 HEIGHT, WIDTH = 96, 128
 DEVICES = ['cpu', pytest.param('cuda', marks=pytest.mark.skipif(
@@ -154,22 +154,31 @@ def test_soft_targets_go_through_bitmap_masks(tmp_path):
 
 
 def test_areas_equal_mmdet_exactly(tmp_path):
+    """The bitmap flavour counts pixels (BitmapMasks), the polygon flavour uses the shoelace
+    formula (PolygonMasks)."""
     for seed in range(5):
         lazy = _mixed(np.random.default_rng(seed), tmp_path)
-        expected = [_one(lazy, i).areas[0] for i in range(len(lazy))]
-        np.testing.assert_array_equal(lazy.areas, np.array(expected, dtype=np.float64))
+        expected = BitmapMasks(lazy.to_ndarray(), HEIGHT, WIDTH).areas
+        np.testing.assert_array_equal(lazy.areas, expected)
+        assert lazy.areas.dtype == expected.dtype
+        polygons = [item for item in lazy.items if not isinstance(item, RasterSource)]
+        np.testing.assert_array_equal(LazyPolygonMasks(polygons, HEIGHT, WIDTH).areas,
+                                      PolygonMasks(polygons, HEIGHT, WIDTH).areas)
 
 
 def test_get_bboxes_equal_mmdet_exactly(tmp_path):
     for seed in range(5):
         lazy = _mixed(np.random.default_rng(seed), tmp_path)
-        expected = np.concatenate([_one(lazy, i).get_bboxes(HorizontalBoxes).numpy()
-                                   for i in range(len(lazy))])
+        expected = BitmapMasks(lazy.to_ndarray(), HEIGHT, WIDTH).get_bboxes(HorizontalBoxes)
         boxes = lazy.get_bboxes('hbox')
         assert isinstance(boxes, HorizontalBoxes)
-        np.testing.assert_array_equal(boxes.numpy(), expected)
-    assert not expected[5].any()  # the empty RLE: zeros, as BitmapMasks gives
-    np.testing.assert_array_equal(expected[8], [0, 0, WIDTH, HEIGHT])
+        np.testing.assert_array_equal(boxes.numpy(), expected.numpy())
+        polygons = [item for item in lazy.items if not isinstance(item, RasterSource)]
+        np.testing.assert_array_equal(
+            LazyPolygonMasks(polygons, HEIGHT, WIDTH).get_bboxes('hbox').numpy(),
+            PolygonMasks(polygons, HEIGHT, WIDTH).get_bboxes(HorizontalBoxes).numpy())
+    assert not expected.numpy()[5].any()  # the empty RLE: zeros, as BitmapMasks gives
+    np.testing.assert_array_equal(expected.numpy()[8], [0, 0, WIDTH, HEIGHT])
 
 
 def test_polygon_bboxes_start_from_mmdet_bounds():
@@ -177,7 +186,7 @@ def test_polygon_bboxes_start_from_mmdet_bounds():
     mmdet's starting values."""
     items = [[np.array([-30., -20, -5, -20, -5, -2])], [],
              [np.array([10., 10, 300, 10, 300, 200]), np.array([-1., 5, 3, 5, 3, 9])]]
-    lazy = LazyInstanceMasks(items, HEIGHT, WIDTH)
+    lazy = LazyPolygonMasks(items, HEIGHT, WIDTH)
     expected = PolygonMasks(items, HEIGHT, WIDTH).get_bboxes(HorizontalBoxes).numpy()
     np.testing.assert_array_equal(lazy.get_bboxes().numpy(), expected)
 

@@ -31,7 +31,7 @@ fi
 pip_install "torch==2.13.0"
 # One cv2 distribution only: mmengine requires opencv-python, pinned to 4.x (mmcv 2.1 predates 5.x).
 pip_install "setuptools<82" wheel ninja "numpy<2.3" "opencv-python==4.11.0.86" "mmengine==0.10.7" \
-  pycocotools psutil pytest matplotlib packaging Pillow build
+  pycocotools psutil pytest hypothesis matplotlib packaging Pillow build
 
 # 3. mmcv 2.1.0 with compiled CPU ops, built from source once and cached as a wheel.
 #    Its setup.py imports pkg_resources (setuptools<82) and needs the installed torch (no isolation).

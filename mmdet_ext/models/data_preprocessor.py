@@ -17,7 +17,10 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
     """Normalise a padded uint8 batch from ``fast_collate`` exactly as mmdet would the list.
 
     Same arguments as ``DetDataPreprocessor``; anything that is not a ``fast_collate`` batch (a
-    list of images from ``pseudo_collate``) goes to ``DetDataPreprocessor`` unchanged.
+    list of images from ``pseudo_collate``, or what ``fast_collate`` hands on unchanged from
+    ``pseudo_collate``) goes to ``DetDataPreprocessor`` unchanged. ``pad_size_divisor`` is set
+    here only: the batch is cropped or padded to this divisor whatever ``fast_collate`` padded
+    to, so the model sees mmdet's batch shape.
 
     Why a subclass: ``fast_collate`` pads uint8 images before normalisation, so with the stock
     preprocessor the padding would hold ``(pad_value - mean) / std`` instead of mmdet's
@@ -32,16 +35,20 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
         input_shapes: Optional[list] = data.get('input_shapes')
         if input_shapes is None or not isinstance(data['inputs'], torch.Tensor):
             return super().forward(data, training)
-        data = self.cast_data(dict(inputs=data['inputs'], data_samples=data['data_samples']))
+        data = self.cast_data(dict(inputs=data['inputs'], data_samples=data.get('data_samples')))
         inputs, data_samples = data['inputs'], data['data_samples']
+        # The batch size is this preprocessor's to decide (pad_size_divisor, as mmdet's
+        # stack_batch): whatever fast_collate padded to is cropped or padded to it.
+        divisor = self.pad_size_divisor
+        height = padded_size(max(h for h, _ in input_shapes), divisor)
+        width = padded_size(max(w for _, w in input_shapes), divisor)
+        inputs = inputs[:, :, :height, :width]
         reverse = preprocessor_swaps_channels(self) and inputs.shape[1] == 3
         if inputs.dtype == torch.uint8 and has_kernel('normalize_batch', inputs.device):
-            inputs = self._normalize_natively(inputs, reverse, input_shapes)
+            inputs = self._normalize_natively(inputs.contiguous(), reverse, input_shapes)
         else:
             inputs = self._normalize_with_torch(inputs, reverse, input_shapes)
-        divisor = self.pad_size_divisor
-        pad_h = padded_size(inputs.shape[2], divisor) - inputs.shape[2]
-        pad_w = padded_size(inputs.shape[3], divisor) - inputs.shape[3]
+        pad_h, pad_w = height - inputs.shape[2], width - inputs.shape[3]
         if pad_h or pad_w:
             inputs = F.pad(inputs, (0, pad_w, 0, pad_h), 'constant', self.pad_value)
         pad_shapes = [(padded_size(h, divisor), padded_size(w, divisor)) for h, w in input_shapes]

@@ -1,5 +1,6 @@
 """Data structures: lazily rasterised instance masks."""
-from .lazy_masks import LazyInstanceMasks
+from .lazy_masks import LazyBitmapMasks, LazyInstanceMasks, LazyPolygonMasks, MaskInputError
 from .raster_source import RasterSource
 
-__all__ = ['LazyInstanceMasks', 'RasterSource']
+__all__ = ['LazyBitmapMasks', 'LazyInstanceMasks', 'LazyPolygonMasks', 'MaskInputError',
+           'RasterSource']

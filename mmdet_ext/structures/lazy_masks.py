@@ -19,7 +19,8 @@ from mmdet.structures.bbox import HorizontalBoxes, get_box_type
 from mmdet.structures.mask import BaseInstanceMasks, BitmapMasks, PolygonMasks
 
 from ..ops import (has_kernel, pack_counts, pack_polygons, polygons_crop_and_resize,
-                   polygons_to_masks, rle_area, rle_crop_and_resize, rle_decode_batch, rle_to_bbox)
+                   polygons_to_masks, rle_area, rle_crop_and_resize, rle_decode_batch,
+                   rle_from_polygons, rle_to_bbox, rle_to_string)
 from .polygon_raster import rasterize_polygons
 from .raster_source import RasterSource
 
@@ -27,29 +28,68 @@ Polygon = list  # list[np.ndarray]: the parts of one instance, each [x0, y0, x1,
 Item = Union[Polygon, RasterSource]
 
 
-class LazyInstanceMasks(BaseInstanceMasks):
-    """Masks of N instances of an image of ``height`` x ``width`` pixels.
+class MaskInputError(ValueError, AssertionError):
+    """Invalid masks, index or box given to a lazy mask class.
 
-    Args:
-        items: per instance, a list of polygon parts (float64 ndarrays ``[x0, y0, ...]`` in
-            pixels) or a ``RasterSource``.
-        height, width: current mask size in pixels.
-
-    Geometric methods return new objects (inputs are never modified). Polygon results equal
-    mmdet's ``PolygonMasks`` rasterised output; raster results equal ``BitmapMasks``'.
+    Both a ``ValueError`` and an ``AssertionError``: mmdet's ``BitmapMasks``/``PolygonMasks``
+    ``assert`` on the same input, so code that catches their exception catches ours.
     """
 
+
+class LazyInstanceMasks(BaseInstanceMasks):
+    """Masks of N instances of an image of ``height`` x ``width`` pixels, kept in source form.
+
+    Args:
+        items: per instance, a list of polygon parts (1-D float ndarrays ``[x0, y0, ...]`` in
+            pixels, an even number of values) or a ``RasterSource``.
+        height, width: current mask size in pixels.
+
+    Two concrete flavours, each an instance of the mmdet class that ``LoadAnnotations`` would
+    have produced, so mmdet code that dispatches on the type takes the same branch:
+    ``LazyBitmapMasks`` (a ``BitmapMasks``; ``poly2mask=True``, mmdet's default) and
+    ``LazyPolygonMasks`` (a ``PolygonMasks``; ``poly2mask=False``). ``LazyInstanceMasks(...)``
+    itself builds the bitmap flavour, which holds every kind of instance.
+
+    Geometric methods return new objects of the same flavour (inputs are never modified).
+    Polygon instances follow mmdet's ``PolygonMasks`` arithmetic, raster instances (RLE, PNG)
+    ``BitmapMasks``'; pixels are produced only by the methods that return pixels.
+    """
+
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(LazyBitmapMasks if cls is LazyInstanceMasks else cls)
+
     def __init__(self, items: Sequence[Item], height: int, width: int) -> None:
-        self.items = list(items)
+        self.items = [self._checked_item(item, i) for i, item in enumerate(items)]
         self.height = int(height)
         self.width = int(width)
+
+    @classmethod
+    def _wrap(cls, items: list, height: int, width: int) -> 'LazyInstanceMasks':
+        """An object of this flavour holding ``items`` as they are (already checked)."""
+        masks = object.__new__(cls)
+        masks.items, masks.height, masks.width = items, int(height), int(width)
+        return masks
+
+    def _checked_item(self, item, index: int) -> Item:
+        """``item`` if it is a valid instance, else ``MaskInputError`` saying what is wrong."""
+        if isinstance(item, RasterSource):
+            return item
+        if not isinstance(item, (list, tuple)):  # no parts is the empty mask, as in PolygonMasks
+            raise MaskInputError(f'{type(self).__name__}: instance {index} must be a list of '
+                                 'polygon parts (1-D ndarrays) or a RasterSource, got '
+                                 f'{type(item).__name__} {item!r:.60}')
+        for part in item:
+            if not (isinstance(part, np.ndarray) and part.ndim == 1 and part.size % 2 == 0
+                    and part.size > 0 and np.issubdtype(part.dtype, np.number)):
+                raise MaskInputError(
+                    f'{type(self).__name__}: instance {index} has a polygon part that is not a '
+                    '1-D numeric ndarray of an even number of coordinates [x0, y0, x1, y1, ...]: '
+                    f'{type(part).__name__} of shape {np.shape(part)}')
+        return list(item)
 
     # -- containers ---------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.items)
-
-    def __iter__(self):
-        return iter(self.items)
 
     def __repr__(self) -> str:
         rasters = sum(isinstance(item, RasterSource) for item in self.items)
@@ -57,23 +97,33 @@ class LazyInstanceMasks(BaseInstanceMasks):
                 f'height={self.height}, width={self.width})')
 
     def __getitem__(self, index) -> 'LazyInstanceMasks':
-        if isinstance(index, (int, np.integer)):
-            return LazyInstanceMasks([self.items[index]], self.height, self.width)
-        if isinstance(index, slice):
-            return LazyInstanceMasks(self.items[index], self.height, self.width)
-        if isinstance(index, torch.Tensor):
-            index = index.cpu().numpy()
-        index = np.asarray(index)
-        if index.dtype == bool:
-            index = np.flatnonzero(index)
-        return LazyInstanceMasks([self.items[i] for i in index.tolist()], self.height, self.width)
+        positions = self._positions(index)
+        return self._wrap([self.items[i] for i in positions], self.height, self.width)
+
+    def _positions(self, index) -> list:
+        """The instances ``index`` selects, with the indexing rules of this flavour's mmdet
+        class (a Python bool, for one, is a mask for ``BitmapMasks`` and an int for
+        ``PolygonMasks``)."""
+        raise NotImplementedError
 
     @classmethod
-    def cat(cls, masks: Sequence['LazyInstanceMasks']) -> 'LazyInstanceMasks':
+    def cat(cls, masks: Sequence[BaseInstanceMasks]) -> 'LazyInstanceMasks':
+        """Concatenate masks of one flavour; mmdet masks of this flavour's mmdet class join in."""
         if len(masks) == 0:
             raise ValueError('masks should not be an empty list.')
-        items = [item for m in masks for item in m.items]
-        return cls(items, masks[0].height, masks[0].width)
+        flavour = cls if cls is not LazyInstanceMasks else type(masks[0])
+        upstream = _UPSTREAM_CLASS.get(flavour)
+        if upstream is None or not all(isinstance(m, upstream) for m in masks):
+            raise MaskInputError(f'{flavour.__name__}.cat: every mask must be a '
+                                 f'{getattr(upstream, "__name__", "lazy mask")}, got '
+                                 f'{[type(m).__name__ for m in masks]}')
+        items = [item for m in masks for item in flavour._items_of(m)]
+        return flavour._wrap(items, masks[0].height, masks[0].width)
+
+    @staticmethod
+    def _items_of(masks: BaseInstanceMasks) -> list:
+        """``masks``' instances as items."""
+        raise NotImplementedError
 
     def _polygon_rows(self) -> list:
         return [i for i, item in enumerate(self.items) if not isinstance(item, RasterSource)]
@@ -91,7 +141,7 @@ class LazyInstanceMasks(BaseInstanceMasks):
         for i, item in enumerate(items):
             if isinstance(item, RasterSource):
                 items[i] = item.then(name, *args, **kwargs)
-        return LazyInstanceMasks(items, *out_shape)
+        return self._wrap(items, *out_shape)
 
     def rescale(self, scale, interpolation: str = 'nearest') -> 'LazyInstanceMasks':
         new_w, new_h = mmcv.rescale_size((self.width, self.height), scale)
@@ -107,16 +157,16 @@ class LazyInstanceMasks(BaseInstanceMasks):
         return self._map('pad', tuple(out_shape), tuple(out_shape), pad_val)
 
     def crop(self, bbox: np.ndarray) -> 'LazyInstanceMasks':
+        """Crop to ``bbox`` (ndarray[4], x1, y1, x2, y2 in px), as mmdet's mask classes."""
+        if not (isinstance(bbox, np.ndarray) and bbox.ndim == 1 and bbox.size == 4):
+            raise MaskInputError(f'{type(self).__name__}.crop: bbox must be an ndarray[4] '
+                                 f'(x1, y1, x2, y2), got {type(bbox).__name__} of shape '
+                                 f'{np.shape(bbox)}')
         bbox = bbox.copy()
         bbox[0::2] = np.clip(bbox[0::2], 0, self.width)
         bbox[1::2] = np.clip(bbox[1::2], 0, self.height)
         w, h = max(bbox[2] - bbox[0], 1), max(bbox[3] - bbox[1], 1)
         return self._map('crop', (int(h), int(w)), bbox)
-
-    def expand(self, expanded_h: int, expanded_w: int, top: int, left: int):
-        if any(not isinstance(item, RasterSource) for item in self.items):
-            raise NotImplementedError('expand is not implemented for polygons (as in mmdet)')
-        return self._map('expand', (expanded_h, expanded_w), expanded_h, expanded_w, top, left)
 
     def translate(self, out_shape, offset, direction='horizontal', border_value=None,
                   interpolation=None) -> 'LazyInstanceMasks':
@@ -207,6 +257,10 @@ class LazyInstanceMasks(BaseInstanceMasks):
     # -- pixels -------------------------------------------------------------------------------
     def to_ndarray(self) -> np.ndarray:
         """ndarray[N, height, width] uint8 (0/1)."""
+        return self._rasterize()
+
+    def _rasterize(self) -> np.ndarray:
+        """ndarray[N, height, width] uint8 of every instance, computed now."""
         out = np.zeros((len(self.items), self.height, self.width), dtype=np.uint8)
         polygon_rows = self._polygon_rows()
         if polygon_rows:
@@ -286,6 +340,219 @@ class LazyInstanceMasks(BaseInstanceMasks):
         hbb = HorizontalBoxes(torch.from_numpy(boxes))
         name, box_type = get_box_type(dst_type)
         return hbb if box_type is HorizontalBoxes else hbb.convert_to(name)
+
+
+class LazyBitmapMasks(LazyInstanceMasks, BitmapMasks):
+    """Lazy masks that are a ``BitmapMasks`` (what ``LoadAnnotations(poly2mask=True)``, mmdet's
+    default, produces); instances may be polygons, RLEs or PNG files.
+
+    ``.masks`` is ``BitmapMasks``' ndarray[N, height, width]: reading it rasterises every
+    instance once, natively, at the current size, and from then on those pixels are the masks
+    (code that writes into ``.masks`` in place, as mmdet's ``RandomErasing`` does, changes
+    them); assigning ``.masks`` replaces the lazy content. Iterating yields one [height, width]
+    array per instance, as ``BitmapMasks`` does. Every other member stays lazy.
+    """
+
+    _pixels = None  # ndarray[N, height, width] once .masks was read or assigned
+
+    def __init__(self, items, height: int, width: int) -> None:
+        """``items`` as ``LazyInstanceMasks``, or what ``BitmapMasks`` takes -- ndarray[N, H, W]
+        or a list of ndarray[H, W] -- since mmdet code rebuilds masks with
+        ``type(masks)(pixels, height, width)`` (``Albu``, ``BitmapMasks.random``)."""
+        if not _are_pixels(items):
+            super().__init__(items, height, width)
+            return
+        self.height, self.width = int(height), int(width)
+        pixels = np.stack(items) if len(items) else np.empty((0, height, width), np.uint8)
+        if pixels.shape[1:] != (self.height, self.width):
+            raise MaskInputError(f'LazyBitmapMasks: masks of shape {pixels.shape[1:]} given '
+                                 f'for height={height}, width={width}')
+        self._adopt(pixels)
+
+    @property
+    def masks(self) -> np.ndarray:
+        if self._pixels is None:
+            self._adopt(self._rasterize())
+        return self._pixels
+
+    @masks.setter
+    def masks(self, value) -> None:
+        pixels = np.asarray(value)
+        if pixels.size == 0:
+            pixels = np.empty((0, self.height, self.width), dtype=np.uint8)
+        if pixels.ndim != 3:
+            raise MaskInputError(f'{type(self).__name__}.masks must be ndarray[N, H, W], got '
+                                 f'shape {pixels.shape}')
+        self._adopt(pixels)
+
+    def _adopt(self, pixels: np.ndarray) -> None:
+        """Make ``pixels`` (ndarray[N, H, W]) the masks; each instance becomes a view of it."""
+        self._pixels = pixels
+        self.items = [RasterSource.from_bitmap(bitmap) for bitmap in pixels]
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if self._pixels is not None:
+            del state['items']  # views of _pixels: rebuilt, so they stay views after unpickling
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if 'items' not in state:
+            self._adopt(self._pixels)
+
+    def __iter__(self):
+        return iter(self.masks)
+
+    def _positions(self, index) -> list:
+        if isinstance(index, torch.Tensor):
+            index = index.cpu().numpy()
+        # numpy's rules on the instance axis, as BitmapMasks indexes its ndarray
+        return np.arange(len(self.items))[index].reshape(-1).tolist()
+
+    @staticmethod
+    def _items_of(masks: BaseInstanceMasks) -> list:
+        if isinstance(masks, LazyInstanceMasks):
+            return masks.items
+        return [RasterSource.from_bitmap(bitmap) for bitmap in masks.masks]
+
+    def to_ndarray(self) -> np.ndarray:
+        """ndarray[N, height, width] (uint8 0/1 unless other pixels were assigned)."""
+        return self._rasterize() if self._pixels is None else self._pixels
+
+    def to_tensor(self, dtype: torch.dtype, device) -> torch.Tensor:
+        if self._pixels is None:
+            return super().to_tensor(dtype, device)
+        return torch.tensor(self._pixels, dtype=dtype, device=device)
+
+    def expand(self, expanded_h: int, expanded_w: int, top: int,
+               left: int) -> 'LazyBitmapMasks':
+        """The masks placed at (``top``, ``left``) in a zero canvas of ``expanded_h`` x
+        ``expanded_w``, as ``BitmapMasks.expand``. Polygon instances become their RLE at the
+        current size first: moving the polygon would also reveal its parts outside the image,
+        which the bitmap has clipped."""
+        return self._as_rasters()._map('expand', (expanded_h, expanded_w), expanded_h,
+                                       expanded_w, top, left)
+
+    @property
+    def areas(self) -> np.ndarray:
+        """Foreground pixels per instance, ndarray[N], as ``BitmapMasks.areas`` (polygons: the
+        pixels they rasterise to at the current size, counted on their RLE)."""
+        if self._pixels is not None:
+            return self._pixels.sum((1, 2))
+        return LazyInstanceMasks.areas.fget(self._as_rasters()).astype(np.uint64)
+
+    def get_bboxes(self, dst_type='hbox'):
+        """Tight pixel boxes as ``BitmapMasks.get_bboxes`` (last row and column + 1, zeros for an
+        empty mask), polygons included."""
+        return LazyInstanceMasks.get_bboxes(self._as_rasters(), dst_type)
+
+    def pad(self, out_shape, pad_val: int = 0) -> 'LazyBitmapMasks':
+        """Zero-pad to ``out_shape`` as ``BitmapMasks.pad``. A polygon reaching outside the
+        image becomes its RLE first (padding would reveal the part the bitmap has clipped);
+        the others stay polygons."""
+        outside = [not _inside(item, self.height, self.width) for item in self.items]
+        return self._as_rasters(outside)._map('pad', tuple(out_shape), tuple(out_shape), pad_val)
+
+    def _as_rasters(self, which: Sequence[bool] = None) -> 'LazyBitmapMasks':
+        """These masks with the polygon instances (those flagged in ``which``, default all)
+        replaced by their RLE at the current size (one native ``rle_from_polygons`` each; no
+        full-size bitmap)."""
+        which = [True] * len(self.items) if which is None else which
+        rows = [i for i in self._polygon_rows() if which[i]]
+        if not rows:
+            return self
+        items = list(self.items)
+        for i in rows:
+            items[i] = RasterSource('rle', rle_to_string(_polygon_rle(items[i], self.height,
+                                                                      self.width)),
+                                    self.height, self.width)
+        return self._wrap(items, self.height, self.width)
+
+
+def _are_pixels(items) -> bool:
+    """Whether ``items`` is ``BitmapMasks`` input: ndarray[N, H, W] or ndarrays[H, W]."""
+    if isinstance(items, np.ndarray):
+        return True
+    return len(items) > 0 and all(isinstance(item, np.ndarray) and item.ndim == 2
+                                  for item in items)
+
+
+def _inside(item: Item, height: int, width: int) -> bool:
+    """Whether ``item`` is a raster, or a polygon whose points all lie in [0, width - 1] x
+    [0, height - 1] (then its pixels never leave the image)."""
+    if isinstance(item, RasterSource):
+        return True
+    return all(part.size == 0 or (part[0::2].min() >= 0 and part[0::2].max() <= width - 1
+                                  and part[1::2].min() >= 0 and part[1::2].max() <= height - 1)
+               for part in item)
+
+
+def _polygon_rle(parts: Polygon, height: int, width: int) -> torch.Tensor:
+    """Counts (Tensor[K] int32) of one polygon instance rasterised at ``height`` x ``width``."""
+    coords, part_lengths, _ = pack_polygons([parts])
+    return rle_from_polygons(coords, part_lengths, height, width)
+
+
+class LazyPolygonMasks(LazyInstanceMasks, PolygonMasks):
+    """Lazy masks that are a ``PolygonMasks`` (what ``LoadAnnotations(poly2mask=False)``
+    produces): polygon instances only, as there.
+
+    ``.masks`` is ``PolygonMasks``' list of instances, each a list of 1-D ndarray parts
+    (assignable); iteration and indexing follow ``PolygonMasks``. What this adds to mmdet's
+    class is speed: pixels and Mask R-CNN targets are rasterised natively, bit-exact.
+    """
+
+    def _checked_item(self, item, index: int) -> Item:
+        if isinstance(item, RasterSource):
+            raise MaskInputError(f'LazyPolygonMasks holds polygons only (as PolygonMasks); '
+                                 f'instance {index} is a {item.kind} raster: use '
+                                 'LazyBitmapMasks (LoadLazyAnnotations with poly2mask=True)')
+        return super()._checked_item(item, index)
+
+    @property
+    def masks(self) -> list:
+        return self.items
+
+    @masks.setter
+    def masks(self, value) -> None:
+        self.items = [self._checked_item(item, i) for i, item in enumerate(value)]
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def _positions(self, index) -> list:
+        count = len(self.items)
+        if isinstance(index, np.ndarray):
+            index = (np.flatnonzero(index) if index.dtype == bool else index).tolist()
+        if isinstance(index, list):
+            return [range(count)[i] for i in index]
+        try:  # Python's list rules, as PolygonMasks indexes its list (a bool is an int there)
+            selected = range(count)[index]
+        except Exception:
+            raise ValueError(f'Unsupported input of type {type(index)} for indexing!') from None
+        return list(selected) if isinstance(selected, range) else [selected]
+
+    @staticmethod
+    def _items_of(masks: BaseInstanceMasks) -> list:
+        return masks.items if isinstance(masks, LazyInstanceMasks) else list(masks.masks)
+
+    def to_ndarray(self) -> np.ndarray:
+        """ndarray[N, height, width] bool, as ``PolygonMasks.to_ndarray`` (uint8 when N = 0)."""
+        pixels = self._rasterize()
+        return pixels.view(bool) if len(pixels) else pixels
+
+    def crop_and_resize(self, bboxes, out_shape, inds, device='cpu', interpolation='bilinear',
+                        binarize=True) -> BitmapMasks:
+        """``LazyInstanceMasks.crop_and_resize`` with ``PolygonMasks``' bool targets."""
+        targets = super().crop_and_resize(bboxes, out_shape, inds, device, interpolation,
+                                          binarize)
+        if len(targets):
+            targets.masks = targets.masks.view(bool)
+        return targets
+
+
+_UPSTREAM_CLASS = {LazyBitmapMasks: BitmapMasks, LazyPolygonMasks: PolygonMasks}
 
 
 _POLYGON, _RLE, _BITMAP = 0, 1, 2  # how crop_and_resize computes an instance's targets

@@ -5,7 +5,7 @@ import numpy as np
 from mmdet.datasets.transforms import LoadAnnotations
 
 from ..registry import TRANSFORMS
-from ..structures import LazyInstanceMasks, RasterSource
+from ..structures import LazyBitmapMasks, LazyPolygonMasks, RasterSource
 from ..structures.coco_rle import compressed_rle_counts
 
 
@@ -13,14 +13,17 @@ from ..structures.coco_rle import compressed_rle_counts
 class LoadLazyAnnotations(LoadAnnotations):
     """Drop-in for mmdet's ``LoadAnnotations`` whose ``gt_masks`` are ``LazyInstanceMasks``.
 
-    Same arguments (``with_bbox``, ``with_label``, ``with_mask``, ``with_seg``, ...); boxes,
-    labels, ignore flags and segmentation maps are loaded by mmdet's code. Masks differ:
+    Same arguments (``with_bbox``, ``with_label``, ``with_mask``, ``with_seg``, ``poly2mask``,
+    ...); boxes, labels, ignore flags and segmentation maps are loaded by mmdet's code. Masks are
+    of the type mmdet would produce, but stay compact:
 
-    - polygons stay polygons (float64 coordinates) and every RLE -- crowd included -- stays a
-      compressed RLE, instead of a full-image bitmap per instance (``poly2mask=True``) or dropped
-      RLEs (``poly2mask=False``); ``poly2mask`` is accepted and ignored;
-    - ``mask=dict(mask_file=PATH)`` (per-instance PNG, from ``LazyCocoDataset``) is read only when
-      the sample's pixels are used;
+    - ``poly2mask=True`` (the default): ``LazyBitmapMasks``, a ``BitmapMasks``. Polygons stay
+      polygons (float64 coordinates), every RLE -- crowd included -- stays a compressed RLE, and
+      ``mask=dict(mask_file=PATH)`` (per-instance PNG, from ``LazyCocoDataset``) is read only
+      when the sample's pixels are used, instead of a full-image bitmap per instance;
+    - ``poly2mask=False``: ``LazyPolygonMasks``, a ``PolygonMasks``. As in mmdet, an RLE mask
+      marks its instance ignored (a placeholder polygon takes its place); a PNG mask is an
+      error, as mmdet has no such masks and dropping them silently would lose the instance;
     - it may come before the image is loaded (the mask size is then the json's ``height`` and
       ``width``), which ``NativeLoadResizeFlip`` needs.
     Invalid masks (no polygon part with >= 3 points, malformed RLE) mark the instance ignored, as
@@ -31,11 +34,17 @@ class LoadLazyAnnotations(LoadAnnotations):
         super().__init__(with_mask=with_mask, **kwargs)
 
     @staticmethod
-    def _mask_item(mask, height: int, width: int) -> Optional[object]:
+    def _mask_item(mask, height: int, width: int, polygons_only: bool) -> Optional[object]:
         if isinstance(mask, list):
             parts = [np.asarray(part, dtype=np.float64) for part in mask
                      if len(part) % 2 == 0 and len(part) >= 6]
             return parts or None
+        if polygons_only and isinstance(mask, dict) and 'mask_file' in mask:
+            raise ValueError(f"LoadLazyAnnotations: {mask['mask_file']} is a per-instance PNG "
+                             'mask, which poly2mask=False (PolygonMasks) cannot hold: set '
+                             'poly2mask=True')
+        if polygons_only:
+            return None  # mmdet: "PolygonMasks requires polygons", the instance is ignored
         if isinstance(mask, dict) and 'mask_file' in mask:
             return RasterSource('png', mask['mask_file'], height, width)
         if isinstance(mask, dict) and isinstance(mask.get('counts'), (list, str, bytes)) \
@@ -57,11 +66,12 @@ class LoadLazyAnnotations(LoadAnnotations):
             else (results['height'], results['width'])
         items, ignore_flags = [], []
         for instance in results.get('instances', []):
-            item = self._mask_item(instance.get('mask'), height, width)
+            item = self._mask_item(instance.get('mask'), height, width, not self.poly2mask)
             if item is None:
                 instance['ignore_flag'] = 1
                 item = [np.zeros(6)]  # mmdet's placeholder for an invalid mask
             items.append(item)
             ignore_flags.append(instance['ignore_flag'])
         results['gt_ignore_flags'] = np.array(ignore_flags, dtype=bool)
-        results['gt_masks'] = LazyInstanceMasks(items, height, width)
+        flavour = LazyBitmapMasks if self.poly2mask else LazyPolygonMasks
+        results['gt_masks'] = flavour(items, height, width)
