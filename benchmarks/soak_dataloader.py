@@ -57,8 +57,11 @@ def _pipeline(name: str) -> tuple[dict, object]:
 
 
 def run_soak(name: str, root: str, samples: int, workers: int, epoch_samples: int,
-             sample_every: int) -> dict:
-    """Runs in a fresh process: the soak of one pipeline; returns the memory series."""
+             sample_every: int, max_seconds: float = float('inf')) -> dict:
+    """Runs in a fresh process: the soak of one pipeline; returns the memory series.
+
+    Stops early, saying so in the result, when ``max_seconds`` have passed.
+    """
     from mmengine.registry import init_default_scope
     from torch.utils.data import DataLoader
 
@@ -80,21 +83,25 @@ def run_soak(name: str, root: str, samples: int, workers: int, epoch_samples: in
     release_free_heap()  # as the hook does before workers fork
     done = batches = epoch = 0
     start = time.perf_counter()
-    while done < samples:
+    out_of_time = False
+    while done < samples and not out_of_time:
         record.mark_epoch(epoch, batches)
         for batch in loader:
             done += len(batch['data_samples'])
             batches += 1
             if batches == 1 or batches % sample_every == 0:
                 record.sample(done, epoch, {'train': loader}, 'train')
+            if batches % 1000 == 0:
+                print(f'{name}: {done} samples, {time.perf_counter() - start:.0f} s', flush=True)
             del batch
-            if done >= samples:
+            out_of_time = time.perf_counter() - start > max_seconds
+            if done >= samples or out_of_time:
                 break
         epoch += 1
     record.sample(done, epoch, {'train': loader}, 'train')
     seconds = time.perf_counter() - start
     return dict(pipeline=name, samples=done, batches=batches, epochs=epoch, seconds=seconds,
-                dataset_len=len(dataset), series=record.series)
+                dataset_len=len(dataset), stopped_by_time=out_of_time, series=record.series)
 
 
 def growth(series: dict, field: str, warmup: int) -> dict:
@@ -114,8 +121,9 @@ def growth(series: dict, field: str, warmup: int) -> dict:
 
 
 def _child(args: argparse.Namespace) -> None:
+    budget = float('inf') if args.max_minutes is None else 60.0 * args.max_minutes
     result = run_soak(args.child, args.root, args.samples, args.workers, args.epoch_samples,
-                      args.sample_every)
+                      args.sample_every, budget)
     Path(args.result).write_text(json.dumps(result))
 
 
@@ -145,6 +153,11 @@ def main() -> None:
                         help='samples per epoch (the toy set repeated); workers persist')
     parser.add_argument('--warmup-samples', type=int, default=5000)
     parser.add_argument('--sample-every', type=int, default=25, help='batches between reads')
+    parser.add_argument('--max-minutes', type=float,
+                        help='stop each pipeline after this long (the count run is reported)')
+    parser.add_argument('--concurrent', action='store_true',
+                        help='run the pipelines at the same time (memory figures are per '
+                             'process; throughput then means little)')
     parser.add_argument('--out', default=str(REPO / 'benchmarks' / 'results'))
     parser.add_argument('--child', help=argparse.SUPPRESS)
     parser.add_argument('--root', help=argparse.SUPPRESS)
@@ -158,13 +171,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = str(Path(tmp, 'toy_coco'))
         make_toy_coco(root, 96, 24, 0, 320, 240)
+        procs = []
         for name in args.pipelines:
             result_path = Path(tmp, f'{name}.json')
             cmd = [sys.executable, __file__, '--child', name, '--root', root + '/',
                    '--result', str(result_path), '--samples', str(args.samples),
                    '--workers', str(args.workers), '--epoch-samples', str(args.epoch_samples),
                    '--sample-every', str(args.sample_every)]
-            subprocess.run(cmd, check=True, cwd=REPO)
+            if args.max_minutes is not None:
+                cmd += ['--max-minutes', str(args.max_minutes)]
+            procs.append((name, result_path, subprocess.Popen(cmd, cwd=REPO)))
+            if not args.concurrent:
+                procs[-1][2].wait()
+        for name, result_path, proc in procs:
+            if proc.wait() != 0:
+                raise SystemExit(f'{name}: the soak process failed (exit code {proc.returncode})')
             result = json.loads(result_path.read_text())
             print(f"{name}: {result['samples']} samples in {result['seconds']:.0f} s "
                   f"({result['samples'] / result['seconds']:.0f} samples/s)", flush=True)
@@ -174,9 +195,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     command = ' '.join(['PYTHONPATH=. nice -n 10 python benchmarks/soak_dataloader.py',
                         *sys.argv[1:]])
-    lines = [f'# DataLoader soak: {args.samples} samples per pipeline, {args.workers} persistent '
-             f'workers, batch {BATCH_SIZE}, toy COCO repeated ({args.epoch_samples} samples per '
-             'epoch)', '',
+    counts = ', '.join(f"{r['pipeline']} {r['samples']}" for r in results)
+    lines = [f'# DataLoader soak: {counts} samples, {args.workers} persistent workers, batch '
+             f'{BATCH_SIZE}, toy COCO repeated ({args.epoch_samples} samples per epoch)', '',
              f'Command: `{command}`', '',
              f'Machine: {platform.processor() or platform.machine()}, shared with other jobs; '
              f'memory read every {args.sample_every} batches with MemoryWatchHook\'s sampler. '
@@ -184,10 +205,13 @@ def main() -> None:
              'of the reads minus the median of the first 5% after warm-up (1 MiB = 1.049 MB).',
              '']
     for result in results:
-        lines.append(f"- {result['pipeline']}: {result['samples']} samples, {result['batches']} "
-                     f"batches, {result['epochs']} epochs over a {result['dataset_len']}-sample "
-                     f"dataset, {result['seconds']:.0f} s "
-                     f"({result['samples'] / result['seconds']:.0f} samples/s)")
+        stopped = (f" (stopped by --max-minutes before the {args.samples} asked)"
+                   if result['stopped_by_time'] else '')
+        lines.append(f"- {result['pipeline']}: {result['samples']} samples{stopped}, "
+                     f"{result['batches']} batches, {result['epochs']} epochs over a "
+                     f"{result['dataset_len']}-sample dataset, {result['seconds']:.0f} s "
+                     f"({result['samples'] / result['seconds']:.0f} samples/s"
+                     f"{', both pipelines at once' if args.concurrent else ''})")
     lines += [''] + _table(results, args.warmup_samples) + ['']
     (out / 'soak_dataloader.md').write_text('\n'.join(lines))
     (out / 'soak_dataloader.json').write_text(json.dumps(

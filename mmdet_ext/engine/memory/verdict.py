@@ -58,9 +58,10 @@ class VerdictThresholds:
             10-15 MiB just by running.
         min_samples: post-warm-up samples needed before any verdict other than
             ``too short to judge``.
-        flat_growth_pct: a process is also ``flat`` when the high end of its slope's range
-            would add less than this percentage of its size (or ``min_growth_mib``, whichever
-            is more) over the judged window: no growth this run could see. A longer run
+        flat_growth_pct: a process observed past its warm-up is also ``flat`` when the high
+            end of its slope's range would add less than this percentage of its size (or
+            ``min_growth_mib``, whichever is more) over the judged window: no growth this run
+            could see. A longer run
             narrows the range, so a slow leak is named once the run is long enough.
     """
 
@@ -314,7 +315,9 @@ def judge_series(label: str,
                              f'after warm-up {where}: +{fitted:.1f} MiB fitted')
     high_growth = max(0.0, high) * span / 1000.0
     tolerance = max(t.min_growth_mib, t.flat_growth_pct / 100.0 * level)
-    if not is_leak_rate(high) or high_growth < tolerance:
+    # The tolerance speaks for a window past the warm-up only: inside it, a small growth over a
+    # few iterations may be the start of a fast one.
+    if not is_leak_rate(high) or (may_leak and high_growth < tolerance):
         bound = (f'at most {high:+.1f} MiB/1000 iter' if not is_leak_rate(high) else
                  f'at most +{high_growth:.1f} MiB over those {span:.0f} iterations')
         if copied is not None and copied >= t.sawtooth_mib:
