@@ -120,6 +120,28 @@ def growth(series: dict, field: str, warmup: int) -> dict:
                 slope_per_100k=theil_sen_slope(x, y) * 100_000, n=int(len(x)))
 
 
+def _goal(results: list[dict], warmup: int) -> list[str]:
+    """Per pipeline: the largest growth of any process after warm-up, against the 1 MB goal
+    (main RSS, worker USS; the larger of the two estimates, growth and fitted slope)."""
+    lines = []
+    for result in results:
+        worst, where = 0.0, '-'
+        for label, series in result['series'].items():
+            if label == 'total':
+                continue
+            g = growth(series, 'rss' if label == 'main' else 'uss', warmup)
+            scale = (result['samples'] - warmup) / 100_000
+            size = max(g['growth'], g['slope_per_100k'] * scale)
+            if size > worst:
+                worst, where = size, label
+        mb = worst * 1.048576
+        goal = (f"goal <= 1 MB per process: {'met' if mb <= 1.0 else 'NOT met'}"
+                if result['pipeline'] == 'ours' else 'the baseline, for comparison')
+        lines.append(f"- {result['pipeline']}: largest growth after warm-up {worst:+.2f} MiB "
+                     f"({mb:+.2f} MB, {where}); {goal}")
+    return lines
+
+
 def _child(args: argparse.Namespace) -> None:
     budget = float('inf') if args.max_minutes is None else 60.0 * args.max_minutes
     result = run_soak(args.child, args.root, args.samples, args.workers, args.epoch_samples,
@@ -159,12 +181,17 @@ def main() -> None:
                         help='run the pipelines at the same time (memory figures are per '
                              'process; throughput then means little)')
     parser.add_argument('--out', default=str(REPO / 'benchmarks' / 'results'))
+    parser.add_argument('--from-json', help='only rewrite the report from a soak_dataloader.json')
     parser.add_argument('--child', help=argparse.SUPPRESS)
     parser.add_argument('--root', help=argparse.SUPPRESS)
     parser.add_argument('--result', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return _child(args)
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        return _write_report(saved['results'], argparse.Namespace(**saved['args']),
+                             saved['command'], Path(args.out))
 
     from mmdet_ext.toy_data import make_toy_coco
     results = []
@@ -191,10 +218,14 @@ def main() -> None:
                   f"({result['samples'] / result['seconds']:.0f} samples/s)", flush=True)
             results.append(result)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     command = ' '.join(['PYTHONPATH=. nice -n 10 python benchmarks/soak_dataloader.py',
                         *sys.argv[1:]])
+    _write_report(results, args, command, Path(args.out))
+
+
+def _write_report(results: list[dict], args: argparse.Namespace, command: str, out: Path) -> None:
+    """soak_dataloader.md (the tables) and soak_dataloader.json (the series) in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
     counts = ', '.join(f"{r['pipeline']} {r['samples']}" for r in results)
     lines = [f'# DataLoader soak: {counts} samples, {args.workers} persistent workers, batch '
              f'{BATCH_SIZE}, toy COCO repeated ({args.epoch_samples} samples per epoch)', '',
@@ -212,10 +243,11 @@ def main() -> None:
                      f"{result['dataset_len']}-sample dataset, {result['seconds']:.0f} s "
                      f"({result['samples'] / result['seconds']:.0f} samples/s"
                      f"{', both pipelines at once' if args.concurrent else ''})")
+    lines += [''] + _goal(results, args.warmup_samples)
     lines += [''] + _table(results, args.warmup_samples) + ['']
     (out / 'soak_dataloader.md').write_text('\n'.join(lines))
     (out / 'soak_dataloader.json').write_text(json.dumps(
-        dict(args=vars(args), results=results)))
+        dict(args=vars(args), command=command, results=results)))
     print('\n'.join(lines))
 
 

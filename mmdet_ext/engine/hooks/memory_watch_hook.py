@@ -33,8 +33,9 @@ class MemoryWatchHook(Hook):
     job's total PSS, and CUDA allocated / reserved / peak when CUDA is in use. The figures (MiB)
     go to the MessageHub as ``train/mem/<process>_<field>``, hence to the log and to every
     visualizer backend. At each epoch end (and every ``check_interval`` iterations) each process
-    gets a verdict, ``flat``, ``sawtooth`` or ``leak`` (see :func:`~..memory.judge_series`);
-    leaks and sawtooths are logged as warnings naming the process and its growth rate. The series,
+    gets a verdict, ``flat``, ``sawtooth``, ``leak`` or ``too short to judge`` (see
+    :func:`~..memory.judge_series`), all in one log line at each epoch end; leaks and sawtooths
+    are also logged as warnings naming the process and its growth rate. The series,
     verdicts and warnings are written to ``memory.json`` and drawn to ``memory.png`` in the work
     dir at each epoch end, at the end of the run, before stopping, and on demand
     (:meth:`write_report`); ``memory_rank{r}.json/png`` per rank in a distributed run.
