@@ -76,7 +76,11 @@ def test_each_dataset_gets_its_verdict(runs, name, expected):
     for worker in ('train.w0', 'train.w1'):
         assert verdicts[worker]['verdict'] == expected, verdicts[worker]['reason']
         assert verdicts[worker]['lives'] == EPOCHS  # non-persistent: one pid per epoch
-    assert verdicts['main']['verdict'] == 'flat', verdicts['main']['reason']
+    # The main process is never blamed for the workers. In the copy-on-write run its allocated
+    # memory rises ~20 MiB/1000 iter (~2 MiB in all): too little for a leak, too steady to call
+    # flat, so a 120-iteration run may leave it too short to judge.
+    allowed = ('flat',) if name == 'flat' else ('flat', 'too short to judge')
+    assert verdicts['main']['verdict'] in allowed, verdicts['main']['reason']
 
 
 def test_verdicts_are_separated_with_margin(runs):
@@ -91,8 +95,8 @@ def test_warnings_name_the_process_in_the_log(runs):
         work_dir, runner = runs[name]
         log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
         assert f'MemoryWatch: train.w0 {word}:' in log
-        assert re.search(rf'MemoryWatch after 120 iterations: main flat \(.*train.w0 '
-                         rf'{word.lower()} \(', log)
+        assert re.search(rf'MemoryWatch after 120 iterations: main (flat|too short to judge) '
+                         rf'\(.*train.w0 {word.lower()} \(', log)
     work_dir, runner = runs['flat']
     log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
     last = [line for line in log.splitlines() if 'MemoryWatch after' in line][-1]
@@ -274,7 +278,8 @@ def test_slow_leak_shows_only_after_many_iterations(tmp_path):
     lines = [line for line in log.splitlines() if 'MemoryWatch after' in line]
     assert [line.split('MemoryWatch after ')[1].split(' ')[0] for line in lines] == [
         '200', '400', '600', '800']
-    assert 'train.w0 leak' not in lines[0] and 'train.w0 flat' in lines[0], lines[0]
+    for early in lines[:2]:  # growing at a leak rate, but not yet by the 4 MiB a leak must show
+        assert 'train.w0 too short to judge' in early, early
     assert 'train.w0 leak' in lines[-1] and 'train.w1 leak' in lines[-1], lines[-1]
     assert re.search(r'main flat \(', lines[-1]), lines[-1]
     report = json.loads((tmp_path / 'memory.json').read_text())

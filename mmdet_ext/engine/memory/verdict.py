@@ -58,10 +58,10 @@ class VerdictThresholds:
             10-15 MiB just by running.
         min_samples: post-warm-up samples needed before any verdict other than
             ``too short to judge``.
-        flat_growth_pct: a process observed past its warm-up is also ``flat`` when the high
-            end of its slope's range would add less than this percentage of its size (or
-            ``min_growth_mib``, whichever is more) over the judged window: no growth this run
-            could see. A longer run
+        flat_growth_pct: a process observed past its warm-up whose slope's range holds both a
+            leak rate and none is also ``flat`` when the high end of the range would add less
+            than this percentage of its size (or ``min_growth_mib``, whichever is more) over the
+            judged window: no growth this run could see. A longer run
             narrows the range, so a slow leak is named once the run is long enough.
     """
 
@@ -315,9 +315,11 @@ def judge_series(label: str,
                              f'after warm-up {where}: +{fitted:.1f} MiB fitted')
     high_growth = max(0.0, high) * span / 1000.0
     tolerance = max(t.min_growth_mib, t.flat_growth_pct / 100.0 * level)
-    # The tolerance speaks for a window past the warm-up only: inside it, a small growth over a
-    # few iterations may be the start of a fast one.
-    if not is_leak_rate(high) or (may_leak and high_growth < tolerance):
+    # The tolerance is for noisy samples whose range holds both a leak rate and none, past the
+    # warm-up: inside it, or at a rate that is surely a leak rate, a small growth may be the start
+    # of a large one.
+    if not is_leak_rate(high) or (may_leak and not is_leak_rate(low)
+                                  and high_growth < tolerance):
         bound = (f'at most {high:+.1f} MiB/1000 iter' if not is_leak_rate(high) else
                  f'at most +{high_growth:.1f} MiB over those {span:.0f} iterations')
         if copied is not None and copied >= t.sawtooth_mib:
@@ -330,6 +332,11 @@ def judge_series(label: str,
                              f'iterations after warm-up ({bound})'
                              + (f', {copied:.1f} MiB copied on write' if copied is not None
                                 else ''))
+    if is_leak_rate(low):
+        return verdict(UNKNOWN, f'allocated memory grows {slope:+.1f} MiB/1000 iter{per_epoch}, '
+                                f'but only {fitted:+.1f} MiB over {span:.0f} iterations after '
+                                f'warm-up (a leak must show {max(t.min_growth_mib, 3 * noise):.1f}'
+                                f' MiB); a longer run will tell')
     return verdict(UNKNOWN, f'allocated memory {slope:+.1f} MiB/1000 iter over {span:.0f} '
                             f'iterations after warm-up, range {low:+.1f}..{high:+.1f}: both a '
                             f'leak and none fit the samples; a longer run will tell')
