@@ -92,6 +92,8 @@ def test_too_few_samples_is_unknown():
     (dict(warmup_iters=-1), 'warmup_iters'),
     (dict(sawtooth_mib=0), 'sawtooth_mib'),
     (dict(min_samples=1), 'min_samples'),
+    (dict(warmup_fraction=1.0), 'warmup_fraction'),
+    (dict(flat_growth_pct=-1.0), 'flat_growth_pct'),
 ])
 def test_bad_thresholds_are_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -112,3 +114,51 @@ def test_short_single_life_keeps_its_full_warmup():
     v = judge_series('main', iters, np.full(len(iters), 7), 666 + 13 * iters, None, 24,
                      VerdictThresholds(warmup_iters=200))
     assert v.verdict == UNKNOWN
+    assert 'still growing' in v.reason and 'warm-up' in v.reason
+
+
+def _noisy_main(n_iters: int, leak_mib_per_kiter: float, seed: int = 0):
+    """A main process sampled every iteration like the toy Mask R-CNN demo's: +80 MiB in the
+    first 25 iterations, then +-25 MiB from batch to batch around 780 MiB, plus a leak."""
+    iters = np.arange(1, n_iters + 1)
+    rng = np.random.default_rng(seed)
+    anon = (700 + 80 * np.minimum(iters, 25) / 25 + rng.normal(0, 25, n_iters)
+            + leak_mib_per_kiter * iters / 1000)
+    return iters, np.full(n_iters, 7), anon
+
+
+def test_short_noisy_run_gets_a_verdict():
+    # The demo: 288 iterations, 24 per epoch. Batch-to-batch noise hides small slopes, but over
+    # this run the process did not grow by more than flat_growth_pct of itself: flat.
+    iters, pids, anon = _noisy_main(288, 0.0)
+    v = judge_series('main', iters, pids, anon, None, 24, VerdictThresholds())
+    assert v.verdict == FLAT, v.reason
+    assert v.slope_low_mib_per_kiter < 0 < v.slope_high_mib_per_kiter
+    assert v.judged_iters == pytest.approx(88, abs=1)  # past the full 200-iteration warm-up
+
+
+def test_slow_leak_shows_only_after_many_iterations():
+    # 20 MiB/1000 iter under 25 MiB of noise: invisible in a few hundred iterations, a leak
+    # over thousands (thinned to the hook's 400 samples, as its record would be).
+    thresholds = VerdictThresholds()
+    early = judge_series('main', *_noisy_main(300, 20.0), None, 24, thresholds)
+    assert early.verdict != LEAK, early.reason
+    iters, pids, anon = _noisy_main(20_000, 20.0)
+    thin = np.flatnonzero(iters % 50 == 0)
+    late = judge_series('main', iters[thin], pids[thin], anon[thin], None, 24, thresholds)
+    assert late.verdict == LEAK, late.reason
+    assert late.slope_low_mib_per_kiter <= 20 <= late.slope_high_mib_per_kiter
+    no_leak = judge_series('main', *[a[thin] for a in _noisy_main(20_000, 0.0)], None, 24,
+                           thresholds)
+    assert no_leak.verdict == FLAT, no_leak.reason
+
+
+def test_growth_that_may_or_may_not_be_a_leak_is_too_short_to_judge():
+    # 40 samples after warm-up of a 500 MiB process, noise +-40 MiB: a range from no growth to a
+    # fast leak. Neither verdict would be true.
+    iters = np.arange(0, 440, 10)
+    anon = 500 + np.random.default_rng(1).normal(0, 40, len(iters)) + 0.05 * iters
+    v = judge_series('main', iters, np.full(len(iters), 7), anon, None, None,
+                     VerdictThresholds(warmup_iters=20))
+    assert v.verdict == UNKNOWN, v.reason
+    assert 'a longer run will tell' in v.reason

@@ -5,6 +5,7 @@ epochs with two non-persistent workers; the verdicts must be: list of dicts -> s
 (copy-on-write), appending -> leak, numpy -> flat, and the main process flat throughout.
 """
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -75,7 +76,11 @@ def test_each_dataset_gets_its_verdict(runs, name, expected):
     for worker in ('train.w0', 'train.w1'):
         assert verdicts[worker]['verdict'] == expected, verdicts[worker]['reason']
         assert verdicts[worker]['lives'] == EPOCHS  # non-persistent: one pid per epoch
-    assert verdicts['main']['verdict'] == 'flat', verdicts['main']['reason']
+    # The main process is never blamed for the workers. In the copy-on-write run its allocated
+    # memory rises ~20 MiB/1000 iter (~2 MiB in all): too little for a leak, too steady to call
+    # flat, so a 120-iteration run may leave it too short to judge.
+    allowed = ('flat',) if name == 'flat' else ('flat', 'too short to judge')
+    assert verdicts['main']['verdict'] in allowed, verdicts['main']['reason']
 
 
 def test_verdicts_are_separated_with_margin(runs):
@@ -90,10 +95,12 @@ def test_warnings_name_the_process_in_the_log(runs):
         work_dir, runner = runs[name]
         log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
         assert f'MemoryWatch: train.w0 {word}:' in log
-        assert 'MemoryWatch: main flat' in log
+        assert re.search(rf'MemoryWatch after 120 iterations: main (flat|too short to judge) '
+                         rf'\(.*train.w0 {word.lower()} \(', log)
     work_dir, runner = runs['flat']
     log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
-    assert 'MemoryWatch: main flat, train.w0 flat, train.w1 flat' in log
+    last = [line for line in log.splitlines() if 'MemoryWatch after' in line][-1]
+    assert re.search(r'main flat \(.*\), train.w0 flat \(.*\), train.w1 flat \(', last), last
 
 
 def test_samples_reach_message_hub_log_and_visualizer(runs):
@@ -256,3 +263,30 @@ def test_plot_draws_cuda_and_marks_verdicts(tmp_path):
     path = plot_record(record, record.judge(VerdictThresholds()), tmp_path / 'm.png')
     image = matplotlib.image.imread(path)
     assert image.shape[0] >= 600 and image[..., :3].std() > 0.05  # two panels: main, CUDA
+
+
+def test_slow_leak_shows_only_after_many_iterations(tmp_path):
+    # Persistent workers keeping 4 KiB per sample: 16 MiB/1000 iter each, a leak by the default
+    # thresholds (10 MiB/1000 iter, 4 MiB grown after the 200-iteration warm-up), but too small
+    # to see in the first epochs. The hook's defaults: every iteration sampled at first, the
+    # record thinned as it fills.
+    hook = dict(type='MemoryWatchHook', sawtooth_mib=32)
+    runner = _runner(tmp_path, dict(type='AppendingDataset', length=1600, leak_kib=4),
+                     hook=hook, epochs=4, persistent_workers=True)
+    runner.train()
+    log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
+    lines = [line for line in log.splitlines() if 'MemoryWatch after' in line]
+    assert [line.split('MemoryWatch after ')[1].split(' ')[0] for line in lines] == [
+        '200', '400', '600', '800']
+    for early in lines[:2]:  # growing at a leak rate, but not yet by the 4 MiB a leak must show
+        assert 'train.w0 too short to judge' in early, early
+    assert 'train.w0 leak' in lines[-1] and 'train.w1 leak' in lines[-1], lines[-1]
+    assert re.search(r'main flat \(', lines[-1]), lines[-1]
+    report = json.loads((tmp_path / 'memory.json').read_text())
+    verdicts = {v['label']: v for v in report['verdicts']}
+    assert verdicts['train.w0']['slope_mib_per_kiter'] == pytest.approx(16, rel=0.25)
+    assert verdicts['train.w0']['lives'] == 1
+    # 800 iterations fit in 400 samples: the interval doubled, the samples span the whole run.
+    main = report['series']['main']['iter']
+    assert report['meta']['interval'] >= 2 and 200 <= len(main) <= 400
+    assert main[0] == 1 and main[-1] == 800

@@ -12,7 +12,7 @@ custom_hooks = [
     # Samples the main process, every DataLoader worker and CUDA, logs leak / sawtooth verdicts,
     # writes memory.json + memory.png to the work dir (docs/memory_watch.md), and stops the run,
     # report written, before the job's memory passes 90% of the machine's.
-    dict(type='MemoryWatchHook', interval=50, max_memory_fraction=0.9),
+    dict(type='MemoryWatchHook', max_memory_fraction=0.9),
     # DataLoader workers: at most the usable CPUs per rank, OpenCV threads off inside them, a
     # timeout so a stuck worker raises, pin_memory when CUDA is there.
     dict(type='WorkerDefaultsHook', timeout=120),

@@ -26,24 +26,30 @@ class MemoryWatchError(RuntimeError):
 class MemoryWatchHook(Hook):
     """Watch the memory of the main process, every DataLoader worker and CUDA while training.
 
-    Every ``interval`` training iterations it samples RSS / USS / PSS / anonymous RSS of the main
+    Every ``interval`` training iterations (every iteration at first, then less often as the
+    run goes on, so that a run of a few hundred iterations has a verdict and a run of a million
+    a bounded record) it samples RSS / USS / PSS / anonymous RSS of the main
     process and of each child (DataLoader workers are named ``train.w0``, ``val.w1``...), the
     job's total PSS, and CUDA allocated / reserved / peak when CUDA is in use. The figures (MiB)
     go to the MessageHub as ``train/mem/<process>_<field>``, hence to the log and to every
     visualizer backend. At each epoch end (and every ``check_interval`` iterations) each process
-    gets a verdict, ``flat``, ``sawtooth`` or ``leak`` (see :func:`~..memory.judge_series`);
-    leaks and sawtooths are logged as warnings naming the process and its growth rate. The series,
+    gets a verdict, ``flat``, ``sawtooth``, ``leak`` or ``too short to judge`` (see
+    :func:`~..memory.judge_series`), all in one log line at each epoch end; leaks and sawtooths
+    are also logged as warnings naming the process and its growth rate. The series,
     verdicts and warnings are written to ``memory.json`` and drawn to ``memory.png`` in the work
     dir at each epoch end, at the end of the run, before stopping, and on demand
     (:meth:`write_report`); ``memory_rank{r}.json/png`` per rank in a distributed run.
 
     Args:
-        interval: sample every this many training iterations (the first iteration is sampled
-            too). Each sample reads ``/proc/PID/smaps_rollup`` of every process: ~1 ms each.
+        interval: sample every this many training iterations at first (the first iteration of
+            each epoch is sampled too). Each sample reads ``/proc/PID/smaps_rollup`` of every
+            process: ~1 ms each.
+        max_samples: when the record holds more samples than this, the interval doubles and
+            every other sample is dropped, so the samples stay evenly spread over the run.
         check_interval: judge every this many iterations, besides every epoch end (for
             iteration-based training, whose single epoch never ends).
-        warmup_iters, leak_mib_per_kiter, leak_pct_per_epoch, min_growth_mib, sawtooth_mib,
-            min_samples: the verdict thresholds, see :class:`~..memory.VerdictThresholds`.
+        warmup_iters, warmup_fraction, leak_mib_per_kiter, leak_pct_per_epoch, min_growth_mib,
+            sawtooth_mib, min_samples, flat_growth_pct: the verdict thresholds, see :class:`~..memory.VerdictThresholds`.
         stop_on_leak: raise :class:`MemoryWatchError` (after writing the report) when a process
             is judged a leak.
         max_memory_fraction: stop the run, with the report written, when the job's total PSS
@@ -65,14 +71,17 @@ class MemoryWatchHook(Hook):
     priority = 'NORMAL'  # before LoggerHook (BELOW_NORMAL), so a sample is logged at once
 
     def __init__(self,
-                 interval: int = 50,
+                 interval: int = 1,
+                 max_samples: int = 400,
                  check_interval: int = 1000,
                  warmup_iters: int = 200,
+                 warmup_fraction: float = 0.25,
                  leak_mib_per_kiter: Optional[float] = 10.0,
                  leak_pct_per_epoch: Optional[float] = 5.0,
                  min_growth_mib: float = 4.0,
                  sawtooth_mib: float = 32.0,
                  min_samples: int = 6,
+                 flat_growth_pct: float = 5.0,
                  stop_on_leak: bool = False,
                  max_memory_fraction: Optional[float] = None,
                  cuda_gap_mib: float = 1024.0,
@@ -83,15 +92,20 @@ class MemoryWatchHook(Hook):
         if interval < 1 or check_interval < 1:
             raise ValueError(f'interval and check_interval must be >= 1, got {interval} and '
                              f'{check_interval}')
+        if max_samples < 2 * min_samples:
+            raise ValueError(f'max_samples must be >= 2 * min_samples ({2 * min_samples}), '
+                             f'got {max_samples}')
         if max_memory_fraction is not None and not 0 < max_memory_fraction <= 1:
             raise ValueError(f'max_memory_fraction must be in (0, 1] or None, '
                              f'got {max_memory_fraction}')
         self.interval = interval
+        self.max_samples = max_samples
         self.check_interval = check_interval
         self.thresholds = VerdictThresholds(
-            warmup_iters=warmup_iters, leak_mib_per_kiter=leak_mib_per_kiter,
-            leak_pct_per_epoch=leak_pct_per_epoch, min_growth_mib=min_growth_mib,
-            sawtooth_mib=sawtooth_mib, min_samples=min_samples)
+            warmup_iters=warmup_iters, warmup_fraction=warmup_fraction,
+            leak_mib_per_kiter=leak_mib_per_kiter, leak_pct_per_epoch=leak_pct_per_epoch,
+            min_growth_mib=min_growth_mib, sawtooth_mib=sawtooth_mib, min_samples=min_samples,
+            flat_growth_pct=flat_growth_pct)
         self.stop_on_leak = stop_on_leak
         self.max_memory_fraction = max_memory_fraction
         self.cuda_gap_mib = cuda_gap_mib
@@ -120,6 +134,9 @@ class MemoryWatchHook(Hook):
                 self._warn(runner, warning)
         if batch_idx == 0 or self.every_n_train_iters(runner, self.interval):
             self._sample(runner, iteration)
+            if self.record.num_samples() > self.max_samples:
+                self.interval *= 2
+                self.record.thin(self.interval)
         if self.every_n_train_iters(runner, self.check_interval):
             self._judge(runner, log_flat=False)
 
@@ -173,15 +190,13 @@ class MemoryWatchHook(Hook):
 
     def _judge(self, runner, log_flat: bool) -> None:
         self.verdicts = self.record.judge(self.thresholds)
-        quiet = []
         for verdict in self.verdicts:
-            line = self.record.describe(verdict)
             if verdict.verdict in (LEAK, SAWTOOTH):
-                self._warn(runner, line, remember=False)
-            else:
-                quiet.append(f'{verdict.label} {verdict.verdict}')
-        if log_flat and quiet:
-            runner.logger.info('MemoryWatch: ' + ', '.join(quiet))
+                self._warn(runner, self.record.describe(verdict), remember=False)
+        if log_flat and self.verdicts:
+            # Every process in one line, warned ones too: the line people read at the end.
+            runner.logger.info(f'MemoryWatch after {runner.iter} iterations: '
+                               + ', '.join(v.summary() for v in self.verdicts))
         leaks = [v for v in self.verdicts if v.verdict == LEAK]
         if self.stop_on_leak and leaks:
             self._stop(runner, 'stop_on_leak: ' + '; '.join(
@@ -204,7 +219,8 @@ class MemoryWatchHook(Hook):
         self.verdicts = self.record.judge(self.thresholds)
         out = Path(self.out_dir or runner.work_dir)
         out.mkdir(parents=True, exist_ok=True)
-        meta = dict(interval=self.interval, memory_limit_mib=round(self._limit_mib, 1),
+        meta = dict(interval=self.interval, max_samples=self.max_samples,
+                    memory_limit_mib=round(self._limit_mib, 1),
                     max_memory_fraction=self.max_memory_fraction,
                     thresholds=asdict(self.thresholds),
                     iters_per_epoch=self.record.iters_per_epoch())

@@ -203,13 +203,13 @@ def bisect_fields(dataloader_cfg: dict, iters: int, workers: Optional[int] = Non
 def format_run(run: DataloaderRun) -> str:
     """A table: one row per process with its verdict and growth."""
     rows = [f'{run.name}: growth {run.growth_mib_per_kiter:.1f} MiB/1000 iter in all',
-            f'  {"process":<14}{"verdict":<10}{"anon MiB/1k it":>15}{"USS first":>11}'
+            f'  {"process":<14}{"verdict":<19}{"anon MiB/1k it":>15}{"USS first":>11}'
             f'{"USS last":>10}{"copied":>8}']
     for v in run.verdicts:
         s = run.record.series[v.label]
         uss = s.get('uss') or s.get('allocated')
         copied = f'{v.copied_mib:8.1f}' if v.copied_mib is not None else f'{"-":>8}'
-        rows.append(f'  {v.label:<14}{v.verdict:<10}{v.slope_mib_per_kiter:15.1f}'
+        rows.append(f'  {v.label:<14}{v.verdict:<19}{v.slope_mib_per_kiter:15.1f}'
                     f'{uss[0]:11.1f}{uss[-1]:10.1f}{copied}')
     return '\n'.join(rows)
 

@@ -66,6 +66,24 @@ class MemoryRecord:
             self._append(CUDA, iteration, epoch, 0, cuda)
         return total
 
+    def num_samples(self) -> int:
+        """How many times the record was sampled (and not thinned away since)."""
+        return len(self.series.get(TOTAL, {}).get('iter', []))
+
+    def thin(self, stride: int) -> None:
+        """Keep only the samples at iterations divisible by ``stride`` (and the first sample of
+        each process life, which the copy-on-write figure starts from).
+
+        Doubling ``stride`` whenever the record is full keeps it evenly spread over the whole
+        run, whatever the run's length, in bounded memory.
+        """
+        for s in self.series.values():
+            pids = s['pid']
+            keep = [i for i, it in enumerate(s['iter'])
+                    if it % stride == 0 or i == 0 or pids[i] != pids[i - 1]]
+            for key, values in s.items():
+                s[key] = [values[i] for i in keep]
+
     def last(self, label: str, field: str) -> Optional[float]:
         """The latest value of ``field`` for ``label`` (MiB), if any."""
         values = self.series.get(label, {}).get(field)

@@ -11,9 +11,14 @@ one log line. Two measurements carry the decision (see ``docs/memory_watch.md``)
   with almost none; the USS it holds beyond its own anonymous growth was copied on write:
   bounded by what the worker inherited, and gone when the worker restarts (non-persistent
   workers): the sawtooth.
+
+A verdict is given only when the samples support it: ``leak`` when even the low end of the
+slope's 95% range is a leak, ``flat`` when even its high end is not (or would add less than
+``flat_growth_pct`` of the process over the judged window), and ``too short to judge`` in
+between, with the numbers that say how far the run got.
 """
 from dataclasses import asdict, dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -23,7 +28,10 @@ MAX_FIT_POINTS = 400
 FLAT = 'flat'
 SAWTOOTH = 'sawtooth'
 LEAK = 'leak'
-UNKNOWN = 'unknown'
+# Not enough samples, or samples that allow both a leak and none; the log says which.
+UNKNOWN = 'too short to judge'
+# Share of the pairwise slopes' spread kept as the slope's range (Sen's 95% interval).
+CONFIDENCE_Z = 1.96
 
 
 @dataclass(frozen=True)
@@ -31,9 +39,13 @@ class VerdictThresholds:
     """When growth counts as a leak or a sawtooth.
 
     Args:
-        warmup_iters: iterations skipped at the start of each process life before the leak slope
-            is fitted (caches, allocator pools and imports fill up there). For restarted
-            workers at most a quarter of each life is skipped, so short epochs leave samples.
+        warmup_iters: iterations at the start of each process life in which growth is not yet
+            called a leak (caches, allocator pools and imports fill up there). A life observed
+            for less than ``warmup_iters`` is judged after its first ``warmup_fraction``: it can
+            be called flat (or sawtooth) but, still growing, only ``too short to judge``. For
+            restarted workers (one life per epoch) at most ``warmup_fraction`` of each life is
+            skipped, so short epochs leave samples.
+        warmup_fraction: the share of a short life skipped as warm-up (see above).
         leak_mib_per_kiter: anonymous-RSS slope (MiB per 1000 iterations) above which a process
             leaks. ``None`` disables this criterion.
         leak_pct_per_epoch: the same slope as a percentage of the process's anonymous RSS per
@@ -44,19 +56,31 @@ class VerdictThresholds:
         sawtooth_mib: private memory a worker copied from the main process on write (MiB, median
             over its lives) from which it is called a sawtooth. A bare torch worker copies
             10-15 MiB just by running.
-        min_samples: post-warm-up samples needed before any verdict other than ``unknown``.
+        min_samples: post-warm-up samples needed before any verdict other than
+            ``too short to judge``.
+        flat_growth_pct: a process observed past its warm-up whose slope's range holds both a
+            leak rate and none is also ``flat`` when the high end of the range would add less
+            than this percentage of its size (or ``min_growth_mib``, whichever is more) over the
+            judged window: no growth this run could see. A longer run
+            narrows the range, so a slow leak is named once the run is long enough.
     """
 
     warmup_iters: int = 200
+    warmup_fraction: float = 0.25
     leak_mib_per_kiter: Optional[float] = 10.0
     leak_pct_per_epoch: Optional[float] = 5.0
     min_growth_mib: float = 4.0
     sawtooth_mib: float = 64.0
     min_samples: int = 6
+    flat_growth_pct: float = 5.0
 
     def __post_init__(self) -> None:
         if self.warmup_iters < 0:
             raise ValueError(f'warmup_iters must be >= 0, got {self.warmup_iters}')
+        if not 0 <= self.warmup_fraction < 1:
+            raise ValueError(f'warmup_fraction must be in [0, 1), got {self.warmup_fraction}')
+        if self.flat_growth_pct < 0:
+            raise ValueError(f'flat_growth_pct must be >= 0, got {self.flat_growth_pct}')
         if self.leak_mib_per_kiter is None and self.leak_pct_per_epoch is None:
             raise ValueError('set leak_mib_per_kiter or leak_pct_per_epoch (or both); '
                              'with neither no leak could ever be reported')
@@ -77,7 +101,7 @@ class Verdict:
 
     Attributes:
         label: the process, e.g. ``main``, ``train.w0``, ``cuda``.
-        verdict: ``flat``, ``sawtooth``, ``leak`` or ``unknown``.
+        verdict: ``flat``, ``sawtooth``, ``leak`` or ``too short to judge``.
         slope_mib_per_kiter: robust slope of the leak metric after warm-up (MiB / 1000 iter).
         pct_per_epoch: that slope as % of the metric's level per epoch (``None`` if unknown).
         fitted_growth_mib: slope times the post-warm-up iterations observed (MiB).
@@ -86,6 +110,8 @@ class Verdict:
         lives: how many lives (pids) the series spans; > 1 means workers were restarted.
         last_mib: the last value of the leak metric (MiB).
         reason: one sentence saying why.
+        slope_low_mib_per_kiter, slope_high_mib_per_kiter: the slope's 95% range.
+        judged_iters: the post-warm-up iterations the slope was fitted over (summed over lives).
     """
 
     label: str
@@ -97,14 +123,31 @@ class Verdict:
     lives: int
     last_mib: float
     reason: str
+    slope_low_mib_per_kiter: float = 0.0
+    slope_high_mib_per_kiter: float = 0.0
+    judged_iters: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def summary(self) -> str:
+        """A few words for the one-line summary of all processes, e.g. ``main flat (+0.4 MiB/1k
+        it)``."""
+        if self.judged_iters <= 0 or (self.verdict == UNKNOWN and self.reason.startswith('only')):
+            return f'{self.label} {self.verdict} ({self.reason})'
+        return (f'{self.label} {self.verdict} ({self.slope_mib_per_kiter:+.1f} MiB/1k it, '
+                f'range {self.slope_low_mib_per_kiter:+.1f}..{self.slope_high_mib_per_kiter:+.1f},'
+                f' over {self.judged_iters:.0f} it)')
 
-def theil_sen_slope(x: Sequence[float], y: Sequence[float],
-                    groups: Optional[Sequence[int]] = None) -> float:
-    """Median of pairwise slopes ``(y_j - y_i) / (x_j - x_i)``: robust to a few outliers.
+
+def theil_sen_range(x: Sequence[float], y: Sequence[float],
+                    groups: Optional[Sequence[int]] = None) -> tuple[float, float, float]:
+    """Theil-Sen slope with Sen's 95% range: ``(slope, low, high)`` in units of y per unit of x.
+
+    The slope is the median of pairwise slopes ``(y_j - y_i) / (x_j - x_i)``, robust to a few
+    outliers; the range is given by the pairwise slopes' order statistics at Kendall's variance
+    (summed over groups). Samples of a memory series are not independent, so the range is a
+    guide, not a guarantee; ``judge_series`` asks for a real growth on top of it.
 
     Args:
         x, y: equally long sequences (N,).
@@ -112,7 +155,7 @@ def theil_sen_slope(x: Sequence[float], y: Sequence[float],
             drops between groups (worker restarts) do not pull the slope down.
 
     Returns:
-        The slope in units of y per unit of x; 0.0 when there is no pair with distinct x.
+        ``(0.0, 0.0, 0.0)`` when there is no pair with distinct x.
     """
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -127,9 +170,21 @@ def theil_sen_slope(x: Sequence[float], y: Sequence[float],
     i, j = np.triu_indices(len(x), k=1)
     keep = (g[i] == g[j]) & (x[i] != x[j])
     if not keep.any():
-        return 0.0
+        return 0.0, 0.0, 0.0
     i, j = i[keep], j[keep]
-    return float(np.median((y[j] - y[i]) / (x[j] - x[i])))
+    slopes = np.sort((y[j] - y[i]) / (x[j] - x[i]))
+    n_g = np.unique(g, return_counts=True)[1].astype(np.float64)
+    spread = CONFIDENCE_Z * np.sqrt(np.sum(n_g * (n_g - 1) * (2 * n_g + 5)) / 18.0)
+    n = len(slopes)
+    low = int(np.clip(np.floor((n - spread) / 2.0), 0, n - 1))
+    high = int(np.clip(np.ceil((n + spread) / 2.0), 0, n - 1))
+    return float(np.median(slopes)), float(slopes[low]), float(slopes[high])
+
+
+def theil_sen_slope(x: Sequence[float], y: Sequence[float],
+                    groups: Optional[Sequence[int]] = None) -> float:
+    """Median of pairwise slopes (see :func:`theil_sen_range`); 0.0 without a usable pair."""
+    return theil_sen_range(x, y, groups)[0]
 
 
 def _lives(pids: np.ndarray) -> np.ndarray:
@@ -138,22 +193,38 @@ def _lives(pids: np.ndarray) -> np.ndarray:
     return np.cumsum(changes)
 
 
-def _post_warmup(iters: np.ndarray, lives: np.ndarray, warmup_iters: int) -> np.ndarray:
-    """Mask of samples past the warm-up of their life.
-
-    A process seen in one life (the main process, persistent workers, CUDA) gets the full
-    warm-up: its memory can climb for hundreds of iterations as allocator caches meet new
-    shapes, and a short run is better left ``unknown`` than called a leak. Restarted workers
-    live one epoch each, possibly shorter than the warm-up: each life skips at most a quarter.
-    """
+def _post_warmup(iters: np.ndarray, lives: np.ndarray, skip_of: Callable[[float], float]
+                 ) -> np.ndarray:
+    """Mask of samples past the warm-up of their life; ``skip_of(life span)`` is its length."""
     keep = np.zeros(len(iters), dtype=bool)
-    restarted = lives[-1] > 0
     for life in np.unique(lives):
         idx = np.flatnonzero(lives == life)
-        start, end = iters[idx[0]], iters[idx[-1]]
-        skip = min(warmup_iters, 0.25 * (end - start)) if restarted else warmup_iters
-        keep[idx] = iters[idx] >= start + skip
+        start = iters[idx[0]]
+        keep[idx] = iters[idx] >= start + skip_of(iters[idx[-1]] - start)
     return keep
+
+
+def _judged_window(iters: np.ndarray, lives: np.ndarray, t: 'VerdictThresholds'
+                   ) -> tuple[np.ndarray, bool]:
+    """The samples to judge, and whether a leak may be named from them.
+
+    A process seen in one life (the main process, persistent workers, CUDA) can climb for
+    hundreds of iterations as allocator caches meet new shapes: it gets the full warm-up when
+    it has been observed past it with ``min_samples`` samples. A shorter life is judged after its
+    first ``warmup_fraction``: enough to call it flat, not to call growth there a leak.
+    Restarted workers live one epoch each, possibly shorter than the warm-up: each life skips at
+    most ``warmup_fraction`` of itself, and a leak may be named (growth within each of several
+    lives is no warm-up).
+    """
+    def short(span: float) -> float:
+        return min(t.warmup_iters, t.warmup_fraction * span)
+
+    if lives[-1] > 0:
+        return _post_warmup(iters, lives, short), True
+    full = _post_warmup(iters, lives, lambda span: t.warmup_iters)
+    if full.sum() >= t.min_samples:
+        return full, True
+    return _post_warmup(iters, lives, short), False
 
 
 def _copied(uss: np.ndarray, anon: np.ndarray, lives: np.ndarray) -> Optional[float]:
@@ -198,46 +269,74 @@ def judge_series(label: str,
         raise ValueError(f'{label}: iters, pids, anon (and uss) must be equally long')
     if len(it) == 0:
         return Verdict(label, UNKNOWN, 0.0, None, 0.0, None, 0, 0.0, 'no samples yet')
+    t = thresholds
     lives = _lives(pid)
     n_lives = int(lives[-1]) + 1
-    keep = _post_warmup(it, lives, thresholds.warmup_iters)
-    slope = theil_sen_slope(it[keep], a[keep], lives[keep]) * 1000.0
-    span = sum(np.ptp(it[keep & (lives == life)]) for life in np.unique(lives[keep]))
+    keep, may_leak = _judged_window(it, lives, t)
+    slope, low, high = (v * 1000.0 for v in theil_sen_range(it[keep], a[keep], lives[keep]))
+    span = float(sum(np.ptp(it[keep & (lives == life)]) for life in np.unique(lives[keep])))
     fitted = slope * span / 1000.0
     level = float(np.median(a[keep])) if keep.any() else float(a[-1])
-    pct = (slope * iters_per_epoch / 1000.0 / level * 100.0
-           if iters_per_epoch and level > 0 else None)
-    copied = _copied(np.asarray(uss, dtype=np.float64), a, lives) if uss is not None else None
-    args = (label, slope, pct, fitted, copied, n_lives, float(a[-1]))
 
-    if keep.sum() < thresholds.min_samples:
-        return Verdict(label, UNKNOWN, *args[1:],
-                       f'only {int(keep.sum())} samples after warm-up '
-                       f'(need {thresholds.min_samples})')
+    def pct(rate: float) -> Optional[float]:
+        return (rate * iters_per_epoch / 1000.0 / level * 100.0
+                if iters_per_epoch and level > 0 else None)
+
+    def is_leak_rate(rate: float) -> bool:
+        return ((t.leak_mib_per_kiter is not None and rate >= t.leak_mib_per_kiter)
+                or (t.leak_pct_per_epoch is not None and pct(rate) is not None
+                    and pct(rate) >= t.leak_pct_per_epoch))
+
+    copied = _copied(np.asarray(uss, dtype=np.float64), a, lives) if uss is not None else None
+
+    def verdict(name: str, reason: str) -> Verdict:
+        return Verdict(label, name, slope, pct(slope), fitted, copied, n_lives, float(a[-1]),
+                       reason, low, high, span)
+
+    if keep.sum() < t.min_samples:
+        return verdict(UNKNOWN, f'only {int(keep.sum())} samples after warm-up '
+                                f'(need {t.min_samples})')
     # Residuals around the fitted line, each life with its own intercept (restarts reset).
     residual = a[keep] - slope / 1000.0 * it[keep]
     for life in np.unique(lives[keep]):
         in_life = lives[keep] == life
         residual[in_life] -= np.median(residual[in_life])
     noise = float(np.median(np.abs(residual)))
-    fast = ((thresholds.leak_mib_per_kiter is not None
-             and slope >= thresholds.leak_mib_per_kiter)
-            or (thresholds.leak_pct_per_epoch is not None and pct is not None
-                and pct >= thresholds.leak_pct_per_epoch))
-    if fast and fitted >= max(thresholds.min_growth_mib, 3.0 * noise):
-        per_epoch = f' ({pct:+.1f}%/epoch)' if pct is not None else ''
+    per_epoch = f' ({pct(slope):+.1f}%/epoch)' if pct(slope) is not None else ''
+    if is_leak_rate(low) and fitted >= max(t.min_growth_mib, 3.0 * noise):
+        if not may_leak:
+            return verdict(UNKNOWN, f'still growing {slope:+.1f} MiB/1000 iter{per_epoch} '
+                                    f'{it[-1] - it[0]:.0f} iterations in, within the '
+                                    f'{t.warmup_iters}-iteration warm-up: growth there may be '
+                                    f'caches filling up, not a leak')
         where = (f'within each of {n_lives} lives, so it is not copy-on-write'
                  if n_lives > 1 else 'and keeps growing')
-        return Verdict(label, LEAK, *args[1:],
-                       f'allocated memory grows {slope:+.1f} MiB/1000 iter{per_epoch} after '
-                       f'warm-up {where}: +{fitted:.1f} MiB fitted')
-    if copied is not None and copied >= thresholds.sawtooth_mib:
-        reset = (f'and resets when the worker restarts ({n_lives} lives seen)' if n_lives > 1
-                 else 'and stays as long as this worker lives')
-        return Verdict(label, SAWTOOTH, *args[1:],
-                       f'{copied:.1f} MiB of its USS are pages copied from the main process on '
-                       f'write (allocated memory flat): copy-on-write, bounded, {reset}')
-    return Verdict(label, FLAT, *args[1:],
-                   f'allocated memory {slope:+.1f} MiB/1000 iter after warm-up'
-                   + (f', {copied:.1f} MiB copied on write' if copied is not None else ''))
-
+        return verdict(LEAK, f'allocated memory grows {slope:+.1f} MiB/1000 iter{per_epoch} '
+                             f'after warm-up {where}: +{fitted:.1f} MiB fitted')
+    high_growth = max(0.0, high) * span / 1000.0
+    tolerance = max(t.min_growth_mib, t.flat_growth_pct / 100.0 * level)
+    # The tolerance is for noisy samples whose range holds both a leak rate and none, past the
+    # warm-up: inside it, or at a rate that is surely a leak rate, a small growth may be the start
+    # of a large one.
+    if not is_leak_rate(high) or (may_leak and not is_leak_rate(low)
+                                  and high_growth < tolerance):
+        bound = (f'at most {high:+.1f} MiB/1000 iter' if not is_leak_rate(high) else
+                 f'at most +{high_growth:.1f} MiB over those {span:.0f} iterations')
+        if copied is not None and copied >= t.sawtooth_mib:
+            reset = (f'and resets when the worker restarts ({n_lives} lives seen)'
+                     if n_lives > 1 else 'and stays as long as this worker lives')
+            return verdict(SAWTOOTH, f'{copied:.1f} MiB of its USS are pages copied from the '
+                                     f'main process on write (allocated memory flat, {bound}): '
+                                     f'copy-on-write, bounded, {reset}')
+        return verdict(FLAT, f'allocated memory {slope:+.1f} MiB/1000 iter over {span:.0f} '
+                             f'iterations after warm-up ({bound})'
+                             + (f', {copied:.1f} MiB copied on write' if copied is not None
+                                else ''))
+    if is_leak_rate(low):
+        return verdict(UNKNOWN, f'allocated memory grows {slope:+.1f} MiB/1000 iter{per_epoch}, '
+                                f'but only {fitted:+.1f} MiB over {span:.0f} iterations after '
+                                f'warm-up (a leak must show {max(t.min_growth_mib, 3 * noise):.1f}'
+                                f' MiB); a longer run will tell')
+    return verdict(UNKNOWN, f'allocated memory {slope:+.1f} MiB/1000 iter over {span:.0f} '
+                            f'iterations after warm-up, range {low:+.1f}..{high:+.1f}: both a '
+                            f'leak and none fit the samples; a longer run will tell')
