@@ -180,6 +180,18 @@ def crop_and_resize_arguments(height: int, width: int):
         st.tuples(st.integers(2, 14), st.integers(2, 14)))
 
 
+def apply_random_operations(data, ours, reference, lazy_type, assert_same):
+    """Up to three drawn geometric operations applied to both; checked after each one."""
+    for _ in range(3):
+        if min(reference.height, reference.width) < 4:
+            break
+        name, args = data.draw(geometric_operations(reference.height, reference.width))
+        ours, reference = getattr(ours, name)(*args), getattr(reference, name)(*args)
+        assert isinstance(ours, lazy_type), name
+        assert_same(ours, reference)
+    return ours, reference
+
+
 @CONFORMANCE
 @given(data=st.data())
 def test_bitmap_flavour_operations_on_rasters_equal_bitmap_masks(data, tmp_path_factory):
@@ -191,13 +203,8 @@ def test_bitmap_flavour_operations_on_rasters_equal_bitmap_masks(data, tmp_path_
     for instance, expected in zip(png_sample['instances'], reference.masks):
         if 'mask_file' in instance['mask']:
             np.testing.assert_array_equal(reference_bitmap(instance['mask']), expected)
-    for _ in range(3):
-        if min(reference.height, reference.width) < 4:
-            break
-        name, args = data.draw(geometric_operations(reference.height, reference.width))
-        ours, reference = getattr(ours, name)(*args), getattr(reference, name)(*args)
-        assert isinstance(ours, LazyBitmapMasks), name
-        assert_same_pixels(ours, reference)
+    ours, reference = apply_random_operations(data, ours, reference, LazyBitmapMasks,
+                                              assert_same_pixels)
     np.testing.assert_array_equal(ours.areas, reference.areas)
     torch.testing.assert_close(ours.get_bboxes('hbox').tensor,
                                reference.get_bboxes('hbox').tensor, rtol=0, atol=0)
@@ -238,14 +245,12 @@ def test_polygon_flavour_members_equal_polygon_masks(data):
         inds = np.arange(len(boxes)) % len(reference)
         assert_same_pixels(ours.crop_and_resize(boxes, out_shape, inds),
                            reference.crop_and_resize(boxes, out_shape, inds))
-    for _ in range(3):
-        if min(reference.height, reference.width) < 4:
-            break
-        name, args = data.draw(geometric_operations(reference.height, reference.width))
-        ours, reference = getattr(ours, name)(*args), getattr(reference, name)(*args)
-        assert isinstance(ours, LazyPolygonMasks), name
+    def same_polygons_and_pixels(ours, reference):
         assert_same_polygons(ours.masks, reference.masks)
         assert_same_pixels(ours, reference)
+
+    ours, reference = apply_random_operations(data, ours, reference, LazyPolygonMasks,
+                                              same_polygons_and_pixels)
     ours.masks = reference.masks[::-1]
     assert_same_pixels(ours, PolygonMasks(reference.masks[::-1], reference.height,
                                           reference.width))
