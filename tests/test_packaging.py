@@ -127,7 +127,8 @@ train_dataloader = dict(dataset=dict(data_root='{toy_coco_root}/'))
         assert Path(result[key]).is_relative_to(env_dir), (key, result[key])
     assert result['unmet'] == []
     assert result['rle_roundtrip']
-    assert (result['dataset'], result['masks']) == ('LazyCocoDataset', 'LazyInstanceMasks')
+    # mmdet's default poly2mask=True: the lazy masks are a BitmapMasks (docs/compatibility.md).
+    assert (result['dataset'], result['masks']) == ('LazyCocoDataset', 'LazyBitmapMasks')
     assert result['env']['torch (built against)'] == torch.__version__
 
     info = subprocess.run([str(python), '-m', 'mmdet_ext.info'], cwd=work, env=_clean_env(),

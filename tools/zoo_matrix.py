@@ -58,11 +58,9 @@ ZOO = [
 SIZE_KEYS = ('scale', 'scales', 'img_scale', 'crop_size', 'size')
 
 
-def _config_text(zoo_config: str, data_root: Path, plugin: bool) -> str:
-    """The user's config: the zoo config with the toy data, plus ``adopt`` for the plugin."""
-    toy = (f"dict(data_root='{data_root}/', metainfo=dict(classes={TOY_CLASSES!r}), "
-           "ann_file='annotations/instances_train.json', data_prefix=dict(img='train/'))")
-    text = f"_base_ = 'mmdet::{zoo_config}'\ntrain_dataloader = dict(dataset={toy})\n"
+def _config_text(zoo_config: str, plugin: bool) -> str:
+    """The user's config: the zoo config, plus ``adopt`` for the plugin (the data: ``_prepare``)."""
+    text = f"_base_ = 'mmdet::{zoo_config}'\n"
     if plugin:
         text += 'from mmdet_ext.adopt import adopt  # noqa: E402\nadopt(globals())\n'
     return text
@@ -120,8 +118,8 @@ def _cpu_sized(node, classes: int):
     return node
 
 
-def _prepare(cfg, iters: int, shrink: int, work_dir: str) -> None:
-    """The CPU-sized settings of the module doc, applied in place."""
+def _prepare(cfg, data_root: Path, iters: int, shrink: int, work_dir: str) -> None:
+    """The toy data and the CPU-sized settings of the module doc, applied in place."""
     cfg.model = _cpu_sized(cfg.model.to_dict(), len(TOY_CLASSES))
     if 'panoptic_fusion_head' in cfg.model:  # Mask2Former/MaskFormer instance-only
         cfg.model['panoptic_fusion_head']['num_things_classes'] = len(TOY_CLASSES)
@@ -130,7 +128,10 @@ def _prepare(cfg, iters: int, shrink: int, work_dir: str) -> None:
         _shrink_transforms([augment], shrink)
     loader = cfg.train_dataloader
     loader.batch_size, loader.num_workers, loader.persistent_workers = 2, 0, False
-    _shrink_transforms(_innermost_dataset(loader.dataset)['pipeline'], shrink)
+    dataset = _innermost_dataset(loader.dataset)  # inside RepeatDataset & co.
+    dataset.update(data_root=f'{data_root}/', metainfo=dict(classes=TOY_CLASSES),
+                   ann_file='annotations/instances_train.json', data_prefix=dict(img='train/'))
+    _shrink_transforms(dataset['pipeline'], shrink)
     optim = cfg.optim_wrapper
     if optim.get('type') == 'AmpOptimWrapper':
         optim.type = 'OptimWrapper'
@@ -164,9 +165,9 @@ def run_child(zoo_config: str, variant: str, data_root: Path, iters: int, shrink
     register_all_modules()
     with tempfile.TemporaryDirectory() as work_dir:
         config_path = Path(work_dir) / 'config.py'
-        config_path.write_text(_config_text(zoo_config, data_root, variant == 'plugin'))
+        config_path.write_text(_config_text(zoo_config, variant == 'plugin'))
         cfg = Config.fromfile(str(config_path))
-        _prepare(cfg, iters, shrink, work_dir)
+        _prepare(cfg, data_root, iters, shrink, work_dir)
         started = time.monotonic()
         runner = Runner.from_cfg(cfg)
         runner.train()
@@ -183,14 +184,16 @@ def run_child(zoo_config: str, variant: str, data_root: Path, iters: int, shrink
                     seconds=round(time.monotonic() - started, 1))
 
 
-def _run_in_subprocess(zoo_config: str, variant: str, data_root: Path, args) -> dict:
+def run_in_subprocess(zoo_config: str, variant: str, data_root: Path, iters: int = 2,
+                      shrink: int = 4, timeout: int = 900) -> dict:
+    """One run (``variant`` 'stock' or 'plugin') in a fresh interpreter: ``run_child``'s result."""
     command = [sys.executable, __file__, '--child', zoo_config, variant, str(data_root),
-               '--iters', str(args.iters), '--shrink', str(args.shrink)]
+               '--iters', str(iters), '--shrink', str(shrink)]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout,
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                               cwd=tempfile.gettempdir(), env=dict(os.environ, OMP_NUM_THREADS='1'))
     except subprocess.TimeoutExpired:
-        return dict(status='error', error=f'timeout after {args.timeout} s')
+        return dict(status='error', error=f'timeout after {timeout} s')
     for line in reversed(done.stdout.splitlines()):
         if line.startswith('ZOO_MATRIX_RESULT '):
             return json.loads(line.removeprefix('ZOO_MATRIX_RESULT '))
@@ -264,8 +267,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
         data_root = Path(tmp) / 'toy_coco'
         make_toy_coco(data_root, num_train=8, num_val=2, seed=0)
-        futures = [(n, c, pool.submit(_run_in_subprocess, c, 'stock', data_root, args),
-                    pool.submit(_run_in_subprocess, c, 'plugin', data_root, args))
+        settings = dict(iters=args.iters, shrink=args.shrink, timeout=args.timeout)
+        futures = [(n, c, pool.submit(run_in_subprocess, c, 'stock', data_root, **settings),
+                    pool.submit(run_in_subprocess, c, 'plugin', data_root, **settings))
                    for n, c in rows]
         results = []
         for name, zoo_config, stock, plugin in futures:
