@@ -23,7 +23,8 @@ def test_copy_paste_baseline_trains_stock_and_adopted(toy_coco_root):
 
     assert stock['status'] == 'ok', stock
     assert plugin['status'] == 'ok', plugin
-    assert plugin['masks'] == 'LazyBitmapMasks'  # the adopted pipeline's masks, still lazy
+    # CopyPaste builds a new BitmapMasks from the pixels it composed, for stock and plugin alike.
+    assert plugin['masks'] == stock['masks'] == 'BitmapMasks'
     assert set(plugin['losses']) == set(stock['losses'])
     for name, values in plugin['losses'].items():
         assert len(values) == 2 and all(math.isfinite(v) for v in values), (name, values)

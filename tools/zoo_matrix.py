@@ -14,7 +14,8 @@ CPU-sized settings, applied to both variants alike (they change the sizes, not t
 the pipelines and models do):
 - every image scale, crop and pad size in the train pipeline and batch augments divided by
   ``--shrink`` (COCO's 1333x800 becomes 333x200: the toy images are 320x240);
-- no pretrained weights (nothing is downloaded); ``num_classes`` 80 -> the toy set's 4;
+- no pretrained weights (nothing is downloaded); ``num_classes`` 80 -> the toy set's 4 (and
+  per-class loss weights cut to match);
 - ``AmpOptimWrapper`` -> ``OptimWrapper`` (AMP needs a GPU), ``SyncBN``/``MMSyncBN`` -> ``BN``
   (one process);
 - batch size 2, no workers, no validation, no checkpoints, seed 0.
@@ -66,10 +67,12 @@ def _config_text(zoo_config: str, plugin: bool) -> str:
     return text
 
 
-def _innermost_dataset(dataset: dict) -> dict:
-    while 'pipeline' not in dataset and isinstance(dataset.get('dataset'), dict):
-        dataset = dataset['dataset']
-    return dataset
+def _nested_datasets(dataset: dict) -> list:
+    """The dataset and every dataset it wraps (RepeatDataset, MultiImageMixDataset, ...)."""
+    chain = [dataset]
+    while isinstance(chain[-1].get('dataset'), dict):
+        chain.append(chain[-1]['dataset'])
+    return chain
 
 
 def _shrunk(value, shrink: int):
@@ -109,6 +112,8 @@ def _cpu_sized(node, classes: int):
                 value = classes
             elif key == 'num_stuff_classes':
                 value = 0
+            elif key == 'class_weight' and isinstance(value, list) and len(value) == 81:
+                value = value[:classes] + value[-1:]  # per class, then the "no object" class
             elif key == 'type' and value in ('SyncBN', 'MMSyncBN'):
                 value = 'BN'
             out[key] = _cpu_sized(value, classes)
@@ -128,10 +133,11 @@ def _prepare(cfg, data_root: Path, iters: int, shrink: int, work_dir: str) -> No
         _shrink_transforms([augment], shrink)
     loader = cfg.train_dataloader
     loader.batch_size, loader.num_workers, loader.persistent_workers = 2, 0, False
-    dataset = _innermost_dataset(loader.dataset)  # inside RepeatDataset & co.
-    dataset.update(data_root=f'{data_root}/', metainfo=dict(classes=TOY_CLASSES),
-                   ann_file='annotations/instances_train.json', data_prefix=dict(img='train/'))
-    _shrink_transforms(dataset['pipeline'], shrink)
+    datasets = _nested_datasets(loader.dataset)  # the data goes into the innermost one
+    datasets[-1].update(data_root=f'{data_root}/', metainfo=dict(classes=TOY_CLASSES),
+                        ann_file='annotations/instances_train.json', data_prefix=dict(img='train/'))
+    for dataset in datasets:  # a wrapper may have a pipeline of its own (copy-paste, mosaic)
+        _shrink_transforms(dataset.get('pipeline') or [], shrink)
     optim = cfg.optim_wrapper
     if optim.get('type') == 'AmpOptimWrapper':
         optim.type = 'OptimWrapper'
