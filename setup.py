@@ -116,6 +116,23 @@ def find_library(package: str) -> tuple[Optional[dict], str]:
     return None, why
 
 
+def write_source_hash_header(build_hash) -> Path:
+    """Writes build/generated/mmdet_ext_source_hash.h and returns its folder.
+
+    A header, not a -D flag: a flag that changes with every source edit changes every compile
+    command, and ninja then rebuilds every file; only bindings.cpp includes the header. It is
+    rewritten only when the hash changes, so an unchanged tree rebuilds nothing.
+    """
+    folder = ROOT / 'build' / 'generated'
+    header = folder / 'mmdet_ext_source_hash.h'
+    text = ('// Written by setup.py: SHA-256 of csrc/, checked by mmdet_ext._native at import.\n'
+            f'#define MMDET_EXT_SOURCE_HASH "{build_hash.source_hash(CSRC)}"\n')
+    if not header.is_file() or header.read_text() != text:
+        folder.mkdir(parents=True, exist_ok=True)
+        header.write_text(text)
+    return folder
+
+
 def optional_libraries() -> tuple[dict, dict]:
     """The optional libraries to build with ({package: flags}) and a word on each for the log.
 
@@ -151,11 +168,11 @@ def make_extension():
     cpp_sources = [s for s in sources if s.endswith('.cpp')]
     cuda_sources = [s for s in sources if s.endswith('.cu')]
     with_cuda = building_for_cuda()
-    macros = [('MMDET_EXT_SOURCE_HASH', f'"{build_hash.source_hash(CSRC)}"')]
-    macros += [(SWITCHES[package], None) for package in libraries]
+    macros = [(SWITCHES[package], None) for package in libraries]
     # csrc/ on the include path: sources include each other's headers as "masks/rle.h", wherever
     # they sit (a kernel in csrc/masks/cuda/ as well).
-    native = dict(include_dirs=[str(CSRC)], library_dirs=[], libraries=[])
+    native = dict(include_dirs=[str(CSRC), str(write_source_hash_header(build_hash))],
+                  library_dirs=[], libraries=[])
     for flags in libraries.values():
         for key in native:
             native[key] += flags[key]
