@@ -10,11 +10,14 @@ TORCH_LIBRARY(mmdet_ext, m) {
   // mmdet_ext/ops/image.py: decode_image. max_pixels None: kDefaultMaxPixels (io/image_decoder.h).
   m.def("decode_image(Tensor data, int flags, int scale_denom=1, int? max_pixels=None) -> Tensor");
 
-  // mmdet_ext/ops/pixels.py: warp_image, normalize_batch.
+  // mmdet_ext/ops/pixels.py: warp_image, normalize_batch, resize_normalize_batch.
   m.def("warp_image(Tensor image, int out_height, int out_width, int interpolation, int flip) "
         "-> Tensor");
   m.def("normalize_batch(Tensor images, Tensor mean, Tensor std, bool reverse_channels, "
         "Tensor image_sizes, float pad_value) -> Tensor");
+  m.def("resize_normalize_batch(Tensor data, Tensor image_shapes, Tensor out_shapes, "
+        "Tensor flips, int interpolation, Tensor mean, Tensor std, bool reverse_channels, "
+        "int batch_height, int batch_width, float pad_value, ScalarType? dtype=None) -> Tensor");
 
   // mmdet_ext/ops/masks.py: COCO RLE and polygon ops (its module docstring: the packed forms).
   m.def("rle_encode(Tensor mask) -> Tensor");

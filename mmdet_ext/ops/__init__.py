@@ -13,12 +13,13 @@ from .masks import (Polygon, pack_counts, pack_polygons, polygons_crop_and_resiz
                     polygons_to_masks, rle_area, rle_crop_and_resize, rle_decode, rle_decode_batch,
                     rle_encode, rle_from_polygons, rle_from_string, rle_merge, rle_to_bbox,
                     rle_to_string)
-from .pixels import FLIP_CODES, INTERPOLATIONS, normalize_batch, warp_image
+from .pixels import (FLIP_CODES, INTERPOLATIONS, normalize_batch, resize_normalize_batch,
+                     warp_image)
 
 __all__ = [
     'FLIP_CODES', 'IMREAD_FLAGS', 'INTERPOLATIONS', 'SCALE_DENOMS', 'Polygon', 'decode_image', 'has_kernel',
     'normalize_batch', 'pack_counts', 'pack_polygons', 'polygons_crop_and_resize',
     'polygons_to_masks', 'rle_area', 'rle_crop_and_resize', 'rle_decode', 'rle_decode_batch',
     'rle_encode', 'rle_from_polygons', 'rle_from_string', 'rle_merge', 'rle_to_bbox',
-    'rle_to_string', 'warp_image'
+    'resize_normalize_batch', 'rle_to_string', 'warp_image'
 ]

@@ -1,8 +1,9 @@
 """Pixel ops of the pipeline: ``warp_image`` (resize + flip, CPU), ``normalize_batch`` (CPU and
-CUDA) (kernels: ``csrc/transforms/``)."""
+CUDA), ``resize_normalize_batch`` (CPU and CUDA) (kernels: ``csrc/transforms/``)."""
 import torch
 
 from .._native import _C  # noqa: F401  (registers the schemas the fake kernels attach to)
+from ..rounding import padded_size
 
 # cv::InterpolationFlags by mmcv's names, and warp_image's flip codes by mmcv's direction names.
 INTERPOLATIONS = {'nearest': 0, 'bilinear': 1, 'bicubic': 2, 'area': 3, 'lanczos': 4}
@@ -69,3 +70,61 @@ def normalize_batch(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
 def _normalize_batch_fake(images, mean, std, reverse_channels, image_sizes, pad_value):
     torch._check(images.dtype == torch.uint8 and images.dim() == 4)
     return images.new_empty(images.shape, dtype=torch.float32)
+
+
+def resize_normalize_batch(data: torch.Tensor, image_shapes: torch.Tensor,
+                           out_shapes: torch.Tensor, flips: torch.Tensor, mean: torch.Tensor,
+                           std: torch.Tensor, reverse_channels: bool,
+                           interpolation: str = 'bilinear', pad_size_divisor: int = 1,
+                           pad_value: float = 0.0,
+                           dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Decoded images to the detector's padded batch in one pass on ``data``'s device: resize,
+    flip, channel order, ``(x - mean) / std``, padding (CPU, or CUDA in a CUDA build: the same
+    bits).
+
+    Args:
+        data (Tensor[N] uint8): the images' channel-planar pixels (CHW, BGR as decoded and
+            packed by ``PackDetInputs``), one after another.
+        image_shapes (Tensor[B, 3] int64): each image's (height, width, channels); one channel
+            count (1 to 4) per batch. Read on the host, any device.
+        out_shapes (Tensor[B, 2] int64): each image's (height, width) after the resize.
+        flips (Tensor[B] int64): ``FLIP_CODES`` of each image's flip, applied after the resize.
+        mean, std (Tensor[C]): in the output's channel order (any device).
+        reverse_channels: BGR -> RGB (or back) before normalising.
+        interpolation: 'bilinear' or 'nearest' (cv2's arithmetic, bit for bit); the others
+            mmcv offers raise ``ValueError``.
+        pad_size_divisor: the batch's height and width are the largest output's, rounded up
+            to a multiple of this (mmdet's ``stack_batch``).
+        pad_value: what the padding holds in the output.
+        dtype: float32, float16 or bfloat16 (the float32 value, rounded to nearest even).
+
+    Returns:
+        Tensor[B, C, H, W] of ``dtype``: image b is ``mmcv.imflip(mmcv.imresize(img_b,
+        (w_b, h_b), interpolation=...), direction)`` (cv2 backend), channels reversed if asked,
+        normalised as mmdet's ``DetDataPreprocessor`` does, in ``[:h_b, :w_b]``; ``pad_value``
+        elsewhere.
+    """
+    if interpolation not in ('bilinear', 'nearest'):
+        raise ValueError(f"resize_normalize_batch: interpolation {interpolation!r} is not "
+                         "implemented (only 'bilinear' and 'nearest' reproduce cv2.resize bit "
+                         "for bit here); resize such images in the workers instead")
+    if pad_size_divisor < 1:
+        raise ValueError(f'resize_normalize_batch: pad_size_divisor must be >= 1, got '
+                         f'{pad_size_divisor}')
+    sizes = out_shapes.cpu()
+    height = max((int(h) for h in sizes[:, 0]), default=0)
+    width = max((int(w) for w in sizes[:, 1]), default=0)
+    height, width = padded_size(height, pad_size_divisor), padded_size(width, pad_size_divisor)
+    return torch.ops.mmdet_ext.resize_normalize_batch(
+        data, image_shapes, out_shapes, flips, INTERPOLATIONS[interpolation], mean, std,
+        reverse_channels, height, width, float(pad_value), dtype)
+
+
+@torch.library.register_fake('mmdet_ext::resize_normalize_batch')
+def _resize_normalize_batch_fake(data, image_shapes, out_shapes, flips, interpolation, mean, std,
+                                 reverse_channels, batch_height, batch_width, pad_value,
+                                 dtype=None):
+    torch._check(data.dtype == torch.uint8 and data.dim() == 1)
+    # mean has one value per channel (the kernels check it against image_shapes).
+    return data.new_empty((image_shapes.shape[0], mean.numel(), batch_height, batch_width),
+                          dtype=dtype or torch.float32)
