@@ -12,16 +12,23 @@ inputs, images that are not ``Tensor[C, H, W]`` of one dtype and channel count) 
 
 Use with ``FastDetDataPreprocessor`` (``mmdet_ext.models``), which normalises the batch and pads it
 to its own ``pad_size_divisor`` exactly as mmdet does: the divisor is set once, there.
+
+Samples from ``NativeLoadResizeFlip(pixels_on='device')`` (their ``pending_warp`` record in the
+metainfo) are packed without resizing or padding: one flat uint8 buffer of their decoded CHW
+pixels, for ``FastDetDataPreprocessor`` to resize, flip, normalise and pad on the model's device
+(docs/deferred_pixels.md).
 """
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
 from mmengine.dataset import pseudo_collate
 
+from .ops import FLIP_CODES
 from .registry import FUNCTIONS
 from .rounding import padded_size
+from .transforms.fused_loading import PENDING_WARP_KEY
 
 
 @FUNCTIONS.register_module()
@@ -46,7 +53,12 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
         ``{'inputs': Tensor[B, C, H, W], 'data_samples': [...], 'input_shapes': [(H_i, W_i)]}``,
         H and W the largest H_i, W_i rounded up to ``pad_size_divisor``; every other key
         collated as ``pseudo_collate`` would. ``input_shapes`` lets the data preprocessor tell
-        image from padding.
+        image from padding. For deferred samples (``pending_warp`` in every sample's metainfo):
+        ``inputs`` is Tensor[N] uint8, the samples' CHW pixels one after another,
+        ``input_shapes`` their sizes after the pending resize, and ``pending_warp`` is
+        ``{'image_shapes': Tensor[B, 3] (h, w, c as decoded), 'out_shapes': Tensor[B, 2],
+        'flips': Tensor[B] (``mmdet_ext.ops.FLIP_CODES``), 'interpolation': str}``
+        (``pad_size_divisor`` does not apply: nothing is padded).
     """
     if len(data_batch) == 0:
         raise ValueError('fast_collate: the batch is empty')
@@ -54,19 +66,13 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
         raise ValueError(f'fast_collate: pad_size_divisor must be >= 1, got {pad_size_divisor}')
     if not _has_fast_path(data_batch):
         return pseudo_collate(data_batch)
+    if _pending_warps(data_batch) is not None:
+        return _collate_deferred(data_batch, _pending_warps(data_batch), pin_memory)
     images = [sample['inputs'] for sample in data_batch]
     first = images[0]
     height = padded_size(max(image.shape[1] for image in images), pad_size_divisor)
     width = padded_size(max(image.shape[2] for image in images), pad_size_divisor)
-    shape = (len(images), first.shape[0], height, width)
-    if torch.utils.data.get_worker_info() is not None:
-        # Allocate in shared memory, as default_collate does: otherwise sending the batch to the
-        # main process copies it into shared memory once more.
-        storage = first.untyped_storage()._new_shared(first.element_size() * int(np.prod(shape)))
-        batch = first.new_empty(0).set_(storage).view(shape)
-    else:
-        pin = pin_memory and torch.cuda.is_available()
-        batch = torch.empty(shape, dtype=first.dtype, pin_memory=pin)
+    batch = _allocate(first, (len(images), first.shape[0], height, width), pin_memory)
     for slot, image in zip(batch, images):
         h, w = image.shape[1:]
         slot[:, :h, :w].copy_(image)
@@ -79,6 +85,55 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
     collated = pseudo_collate(others)
     collated['inputs'] = batch
     collated['input_shapes'] = [tuple(image.shape[1:]) for image in images]
+    return collated
+
+
+def _allocate(first: torch.Tensor, shape: tuple, pin_memory: bool) -> torch.Tensor:
+    """An uninitialised tensor of ``first``'s dtype: in shared memory in a DataLoader worker, as
+    default_collate does (else sending it to the main process copies it into shared memory once
+    more), page-locked in the main process when asked and CUDA is available."""
+    if torch.utils.data.get_worker_info() is not None:
+        storage = first.untyped_storage()._new_shared(first.element_size() * int(np.prod(shape)))
+        return first.new_empty(0).set_(storage).view(shape)
+    pin = pin_memory and torch.cuda.is_available()
+    return torch.empty(shape, dtype=first.dtype, pin_memory=pin)
+
+
+def _pending_warps(data_batch: Sequence) -> Optional[list]:
+    """Each sample's ``pending_warp`` record, or None when no sample has one."""
+    warps = [getattr(sample.get('data_samples'), 'metainfo', {}).get(PENDING_WARP_KEY)
+             for sample in data_batch]
+    if all(warp is None for warp in warps):
+        return None
+    if any(warp is None for warp in warps):
+        raise ValueError('fast_collate: some samples of this batch were resized in the worker '
+                         "and others not (pixels_on='device'); one pipeline per batch")
+    return warps
+
+
+def _collate_deferred(data_batch: Sequence, warps: list, pin_memory: bool) -> dict:
+    """Deferred samples to one flat uint8 buffer plus what the data preprocessor needs."""
+    images = [sample['inputs'] for sample in data_batch]
+    if images[0].dtype != torch.uint8:
+        raise ValueError(f'fast_collate: deferred images must be uint8, got {images[0].dtype}')
+    interpolations = {warp['interpolation'] for warp in warps}
+    if len(interpolations) != 1:
+        raise ValueError(f'fast_collate: one interpolation per batch, got {interpolations}')
+    flat = _allocate(images[0], (sum(image.numel() for image in images),), pin_memory)
+    torch.cat([image.reshape(-1) for image in images], out=flat)
+    others = [{key: value for key, value in sample.items() if key != 'inputs'}
+              for sample in data_batch]
+    collated = pseudo_collate(others)
+    collated['inputs'] = flat
+    collated['input_shapes'] = [tuple(warp['out_shape']) for warp in warps]
+    collated[PENDING_WARP_KEY] = {
+        'image_shapes': torch.tensor([(*image.shape[1:], image.shape[0]) for image in images],
+                                     dtype=torch.int64),
+        'out_shapes': torch.tensor(collated['input_shapes'], dtype=torch.int64),
+        'flips': torch.tensor([FLIP_CODES[warp['flip_direction']] for warp in warps],
+                              dtype=torch.int64),
+        'interpolation': interpolations.pop(),
+    }
     return collated
 
 

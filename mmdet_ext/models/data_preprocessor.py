@@ -7,9 +7,10 @@ from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmdet.models.utils.misc import samplelist_boxtype2tensor
 
 from .._compat import preprocessor_normalizes, preprocessor_swaps_channels
-from ..ops import has_kernel, normalize_batch
+from ..ops import has_kernel, normalize_batch, resize_normalize_batch
 from ..registry import MODELS
 from ..rounding import padded_size
+from ..transforms.fused_loading import PENDING_WARP_KEY
 
 
 @MODELS.register_module()
@@ -29,9 +30,26 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
     gets its own ``pad_shape`` -- the same tensors and metainfo the list path produces. That is one
     native pass (``normalize_batch``, on the CPU or, in a CUDA build, on the GPU) instead of
     mmdet's six per image.
+
+    A deferred batch (``NativeLoadResizeFlip(pixels_on='device')``: decoded pixels in one flat
+    buffer) is copied to the model's device as uint8 (``non_blocking`` when it is pinned) and
+    resized, flipped, normalised and padded there in one op (``resize_normalize_batch``); on a
+    device this build has no kernel for, the op runs on the CPU and the float batch is copied.
+    ``out_dtype`` (float16 / bfloat16) applies to that path only.
     """
 
+    def __init__(self, *args, out_dtype: Optional[str] = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        dtypes = {None: torch.float32, 'float32': torch.float32, 'float16': torch.float16,
+                  'bfloat16': torch.bfloat16}
+        if out_dtype not in dtypes:
+            raise ValueError(f'FastDetDataPreprocessor: out_dtype must be one of '
+                             f'{sorted(k for k in dtypes if k)}, got {out_dtype!r}')
+        self.out_dtype = dtypes[out_dtype]
+
     def forward(self, data: dict, training: bool = False) -> dict:
+        if data.get(PENDING_WARP_KEY) is not None:
+            return self._forward_deferred(data, training)
         input_shapes: Optional[list] = data.get('input_shapes')
         if input_shapes is None or not isinstance(data['inputs'], torch.Tensor):
             return super().forward(data, training)
@@ -54,15 +72,37 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
         pad_shapes = [(padded_size(h, divisor), padded_size(w, divisor)) for h, w in input_shapes]
         return self._finish(inputs, data_samples, pad_shapes, training)
 
+    def _forward_deferred(self, data: dict, training: bool) -> dict:
+        """A ``fast_collate`` batch of decoded images: everything in one op on the device."""
+        warp = data[PENDING_WARP_KEY]
+        data_samples = self.cast_data(data.get('data_samples'))
+        flat: torch.Tensor = data['inputs']
+        device = torch.device(self.device) if has_kernel('resize_normalize_batch', self.device) \
+            else torch.device('cpu')
+        flat = flat.to(device, non_blocking=flat.is_pinned())
+        channels = int(warp['image_shapes'][0, 2]) if len(warp['image_shapes']) else 3
+        reverse = preprocessor_swaps_channels(self) and channels == 3
+        mean, std = self._mean_std(channels, device)
+        inputs = resize_normalize_batch(
+            flat, warp['image_shapes'], warp['out_shapes'], warp['flips'], mean, std, reverse,
+            interpolation=warp['interpolation'], pad_size_divisor=self.pad_size_divisor,
+            pad_value=self.pad_value, dtype=self.out_dtype).to(self.device)
+        divisor = self.pad_size_divisor
+        pad_shapes = [(padded_size(h, divisor), padded_size(w, divisor))
+                      for h, w in data['input_shapes']]
+        return self._finish(inputs, data_samples, pad_shapes, training)
+
+    def _mean_std(self, channels: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """mean and std per output channel (0 and 1 when this preprocessor does not normalise)."""
+        if preprocessor_normalizes(self):
+            return (self.mean.view(-1).expand(channels).to(device),
+                    self.std.view(-1).expand(channels).to(device))
+        return (torch.zeros(channels, device=device), torch.ones(channels, device=device))
+
     def _normalize_natively(self, inputs: torch.Tensor, reverse: bool,
                             input_shapes: list) -> torch.Tensor:
         """One pass over the batch (``mmdet_ext::normalize_batch``)."""
-        channels = inputs.shape[1]
-        if preprocessor_normalizes(self):
-            mean, std = self.mean.view(-1).expand(channels), self.std.view(-1).expand(channels)
-        else:
-            mean, std = inputs.new_zeros(channels, dtype=torch.float), \
-                inputs.new_ones(channels, dtype=torch.float)
+        mean, std = self._mean_std(inputs.shape[1], inputs.device)
         sizes = torch.tensor(input_shapes, dtype=torch.int64).view(-1, 2)
         return normalize_batch(inputs, mean, std, reverse, sizes, self.pad_value)
 

@@ -1,7 +1,7 @@
 """Pipeline transforms (registered in mmdet's TRANSFORMS on import)."""
-from .fused_loading import NativeLoadResizeFlip
+from .fused_loading import DEFERRED_META_KEYS, NativeLoadResizeFlip
 from .lazy_annotations import LoadLazyAnnotations
 from .loading import ImageLoadError, NativeLoadImageFromFile
 
-__all__ = ['ImageLoadError', 'LoadLazyAnnotations', 'NativeLoadImageFromFile',
+__all__ = ['DEFERRED_META_KEYS', 'ImageLoadError', 'LoadLazyAnnotations', 'NativeLoadImageFromFile',
            'NativeLoadResizeFlip']

@@ -18,6 +18,15 @@ from .loading import ImageLoadError, decode_file_bytes, read_image_bytes
 
 # libjpeg decodes at 1/2, 1/4 and 1/8 of the size almost for free (it skips DCT coefficients).
 JPEG_SCALE_DENOMS = (8, 4, 2)
+# Where the pixels are resized and flipped: here, or by the data preprocessor on the model's
+# device (resize_normalize_batch), which reproduces these interpolations bit for bit.
+PIXELS_ON = ('worker', 'device')
+DEVICE_INTERPOLATIONS = ('bilinear', 'nearest')
+# The record of what remains to be done to a deferred image; PackDetInputs must carry it.
+PENDING_WARP_KEY = 'pending_warp'
+# PackDetInputs' default meta_keys plus that record.
+DEFERRED_META_KEYS = ('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor', 'flip',
+                      'flip_direction', PENDING_WARP_KEY)
 
 
 @TRANSFORMS.register_module()
@@ -40,6 +49,16 @@ class NativeLoadResizeFlip(BaseTransform):
     from there; the result differs from a full-size decode + ``cv2.resize`` only by the low-pass
     libjpeg's scaled IDCT applies (``benchmarks/results/pipeline.md`` has the measured difference).
     Only 8-bit images (``to_float32`` converts at the end) and the cv2 backend are supported.
+
+    ``pixels_on='device'`` (docs/deferred_pixels.md) defers the pixel work: ``img`` stays as
+    decoded (uint8, BGR, the reduced-size decode still applies) and every other key is what
+    ``pixels_on='worker'`` writes (``img_shape``, ``scale_factor``, ``flip``, boxes, masks,
+    homography: the final geometry). ``results['pending_warp']`` records what remains,
+    ``{'out_shape': (h, w), 'flip_direction': ..., 'interpolation': ...}``; add
+    ``'pending_warp'`` to ``PackDetInputs``' ``meta_keys`` (``DEFERRED_META_KEYS``) so that
+    ``fast_collate`` packs the batch for ``FastDetDataPreprocessor``, which resizes, flips,
+    normalises and pads it in one op on the model's device. Nothing may touch ``img`` in
+    between; bilinear and nearest only, no ``to_float32``.
     """
 
     def __init__(self, scale: Optional[Union[int, tuple[int, int]]] = None,
@@ -50,7 +69,16 @@ class NativeLoadResizeFlip(BaseTransform):
                  direction: Union[str, list[str]] = 'horizontal',
                  color_type: str = 'color', to_float32: bool = False,
                  backend_args: Optional[dict] = None, ignore_empty: bool = False,
-                 max_pixels: int = DEFAULT_MAX_PIXELS, reduced_decode: bool = True) -> None:
+                 max_pixels: int = DEFAULT_MAX_PIXELS, reduced_decode: bool = True,
+                 pixels_on: str = 'worker') -> None:
+        if pixels_on not in PIXELS_ON:
+            raise ValueError(f'NativeLoadResizeFlip: pixels_on must be one of {PIXELS_ON}, '
+                             f'got {pixels_on!r}')
+        if pixels_on == 'device' and (to_float32 or interpolation not in DEVICE_INTERPOLATIONS):
+            raise ValueError(
+                "NativeLoadResizeFlip: pixels_on='device' needs uint8 images (to_float32=False) "
+                f'and an interpolation in {DEVICE_INTERPOLATIONS}, got to_float32={to_float32}, '
+                f'interpolation={interpolation!r}')
         # mmdet's own transforms hold the arguments, validate them and do the annotation maths.
         self.resize = Resize(scale=scale, scale_factor=scale_factor, keep_ratio=keep_ratio,
                              clip_object_border=clip_object_border, interpolation=interpolation)
@@ -61,6 +89,7 @@ class NativeLoadResizeFlip(BaseTransform):
         self.ignore_empty = ignore_empty
         self.max_pixels = max_pixels
         self.reduced_decode = reduced_decode
+        self.pixels_on = pixels_on
 
     def _target_size(self, width: int, height: int) -> tuple[tuple, tuple[int, int]]:
         """``results['scale']`` and the output (w, h), computed as mmdet's Resize does."""
@@ -97,13 +126,17 @@ class NativeLoadResizeFlip(BaseTransform):
                 f'{masks.width}x{masks.height} (the annotation file declares another image size; '
                 'tools/validate_coco.py lists such images)')
         direction = choose_flip_direction(self.flip) if self.flip is not None else None
-        planar = warp_image(image, (out_h, out_w), self.resize.interpolation, direction).numpy()
-        # An HWC view of channel-planar pixels: mmdet's transforms see the usual HxWxC array, and
-        # PackDetInputs' transpose back to CHW is already contiguous, so it copies nothing.
-        img = planar[0] if planar.shape[0] == 1 else planar.transpose(1, 2, 0)
-        if self.to_float32:
-            img = img.astype(np.float32)
-        results['img'] = img
+        if self.pixels_on == 'device':
+            decoded = image.numpy()
+            # A zero-stride stand-in of the output's size: mmdet's flip code reads img's shape.
+            results['img'] = np.broadcast_to(np.zeros((), np.uint8), (out_h, out_w))
+        else:
+            planar = warp_image(image, (out_h, out_w), self.resize.interpolation,
+                                direction).numpy()
+            # An HWC view of channel-planar pixels: mmdet's transforms see the usual HxWxC array,
+            # and PackDetInputs' transpose back to CHW is already contiguous: it copies nothing.
+            img = planar[0] if planar.shape[0] == 1 else planar.transpose(1, 2, 0)
+            results['img'] = img.astype(np.float32) if self.to_float32 else img
         results['ori_shape'] = (height, width)
         results['img_shape'] = (out_h, out_w)
         results['scale'] = scale
@@ -116,6 +149,10 @@ class NativeLoadResizeFlip(BaseTransform):
             results['flip_direction'] = direction
         if direction is not None:
             self._flip_annotations(results, direction)
+        if self.pixels_on == 'device':
+            results['img'] = decoded[..., 0] if decoded.shape[2] == 1 else decoded
+            results[PENDING_WARP_KEY] = {'out_shape': (out_h, out_w), 'flip_direction': direction,
+                                         'interpolation': self.resize.interpolation}
         return results
 
     def _load(self, filename: str) -> tuple[torch.Tensor, tuple[int, int], tuple, tuple[int, int]]:
@@ -155,4 +192,5 @@ class NativeLoadResizeFlip(BaseTransform):
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(resize={self.resize!r}, flip={self.flip!r}, '
-                f'color_type={self.color_type!r}, reduced_decode={self.reduced_decode})')
+                f'color_type={self.color_type!r}, reduced_decode={self.reduced_decode}, '
+                f'pixels_on={self.pixels_on!r})')

@@ -1,0 +1,156 @@
+"""``NativeLoadResizeFlip(pixels_on='device')`` + ``fast_collate`` + ``FastDetDataPreprocessor``:
+the same result keys as the worker path, the same model inputs, metainfo and padded masks as
+today's path and as mmdet's ``DetDataPreprocessor`` on the eagerly resized images (CPU; the
+CUDA kernel is compared with the CPU one in test_cuda_kernels.py)."""
+import copy
+
+import cv2
+
+import numpy as np
+import pytest
+import torch
+from mmdet.datasets.transforms import PackDetInputs
+from mmdet.models.data_preprocessors import DetDataPreprocessor
+from mmengine.dataset import pseudo_collate
+from torch.utils.data import DataLoader
+
+from mmdet_ext import (FastDetDataPreprocessor, LazyCocoDataset, LoadLazyAnnotations,
+                       NativeLoadResizeFlip, fast_collate)
+from mmdet_ext.transforms import DEFERRED_META_KEYS
+
+CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
+PREPROCESSOR = dict(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
+                    bgr_to_rgb=True, pad_size_divisor=32, pad_mask=True)
+FLIP = dict(prob=[0.25, 0.25, 0.25], direction=['horizontal', 'vertical', 'diagonal'])
+# The toy images are 320x240: down (odd size), up, exactly 2x down, nearest, reduced decode.
+RESIZES = [dict(scale=(301, 211), keep_ratio=True), dict(scale=(1333, 800), keep_ratio=True),
+           dict(scale=(160, 120), keep_ratio=False),
+           dict(scale=(500, 333), keep_ratio=True, interpolation='nearest'),
+           dict(scale=(150, 100), keep_ratio=True)]
+
+
+def _dataset(root, pixels_on, resize, split='train'):
+    meta_keys = DEFERRED_META_KEYS if pixels_on == 'device' else DEFERRED_META_KEYS[:-1]
+    pipeline = [LoadLazyAnnotations(with_bbox=True, with_mask=True),
+                NativeLoadResizeFlip(**resize, **FLIP, pixels_on=pixels_on),
+                PackDetInputs(meta_keys=meta_keys)]
+    return LazyCocoDataset(data_root=str(root), ann_file=f'annotations/instances_{split}.json',
+                           data_prefix=dict(img=f'{split}/'), metainfo=dict(classes=CLASSES),
+                           pipeline=pipeline)
+
+
+def _samples(dataset, count=4, seed=0):
+    np.random.seed(seed)  # RandomFlip draws from numpy's global RNG
+    return [dataset[i] for i in range(count)]
+
+
+def test_transform_writes_the_worker_results_but_keeps_the_decoded_image(toy_coco_root):
+    annotate = LazyCocoDataset(data_root=str(toy_coco_root),
+                               ann_file='annotations/instances_train.json',
+                               data_prefix=dict(img='train/'), metainfo=dict(classes=CLASSES),
+                               pipeline=[LoadLazyAnnotations(with_bbox=True, with_mask=True)])
+    for resize in RESIZES:
+        for i in range(4):
+            sample = annotate[i]
+            np.random.seed(i)
+            eager = NativeLoadResizeFlip(**resize, **FLIP)(copy.deepcopy(sample))
+            np.random.seed(i)
+            deferred = NativeLoadResizeFlip(**resize, **FLIP, pixels_on='device')(
+                copy.deepcopy(sample))
+            assert set(deferred) == set(eager) | {'pending_warp'}
+            for key in eager:
+                if key in ('img', 'gt_masks', 'gt_bboxes', 'homography_matrix'):
+                    continue
+                if isinstance(eager[key], np.ndarray):
+                    np.testing.assert_array_equal(deferred[key], eager[key], err_msg=key)
+                else:
+                    assert deferred[key] == eager[key], key
+            np.testing.assert_array_equal(deferred['homography_matrix'],
+                                          eager['homography_matrix'])
+            assert deferred['gt_bboxes'].tensor.equal(eager['gt_bboxes'].tensor)
+            np.testing.assert_array_equal(deferred['gt_masks'].to_ndarray(),
+                                          eager['gt_masks'].to_ndarray())
+            full = cv2.imread(sample['img_path'])
+            denom = -(-full.shape[1] // deferred['img'].shape[1])  # 1, 2, 4 or 8: reduced decode
+            assert denom in (1, 2, 4, 8) and deferred['img'].dtype == np.uint8
+            assert deferred['img'].shape == (-(-full.shape[0] // denom), -(-full.shape[1] // denom), 3)
+            if denom == 1:
+                np.testing.assert_array_equal(deferred['img'], full)
+            assert deferred['pending_warp'] == {'out_shape': eager['img_shape'],
+                                                'flip_direction': eager['flip_direction'],
+                                                'interpolation': resize.get('interpolation',
+                                                                            'bilinear')}
+
+
+def _assert_same_batches(ours, reference):
+    assert ours['inputs'].dtype == reference['inputs'].dtype
+    assert torch.equal(ours['inputs'], reference['inputs'])
+    for mine, theirs in zip(ours['data_samples'], reference['data_samples']):
+        assert mine.batch_input_shape == theirs.batch_input_shape
+        assert mine.pad_shape == theirs.pad_shape
+        assert mine.img_shape == theirs.img_shape
+        np.testing.assert_array_equal(mine.gt_instances.masks.to_ndarray(),
+                                      theirs.gt_instances.masks.to_ndarray())
+        assert torch.equal(mine.gt_instances.bboxes, theirs.gt_instances.bboxes)
+
+
+@pytest.mark.parametrize('resize', RESIZES)
+def test_model_inputs_equal_todays_path_and_mmdet(toy_coco_root, resize):
+    deferred = _samples(_dataset(toy_coco_root, 'device', resize))
+    eager = _samples(_dataset(toy_coco_root, 'worker', resize))
+    ours = FastDetDataPreprocessor(**PREPROCESSOR)(fast_collate(deferred), training=True)
+    today = FastDetDataPreprocessor(**PREPROCESSOR)(fast_collate(eager), training=True)
+    mmdet = DetDataPreprocessor(**PREPROCESSOR)(pseudo_collate(eager), training=True)
+    _assert_same_batches(ours, today)
+    _assert_same_batches(ours, mmdet)
+
+
+def test_collate_packs_without_touching_the_samples(toy_coco_root):
+    samples = _samples(_dataset(toy_coco_root, 'device', RESIZES[0]))
+    before = copy.deepcopy(samples)
+    batch = fast_collate(samples)
+    for sample, original in zip(samples, before):
+        assert torch.equal(sample['inputs'], original['inputs'])
+        assert sample['data_samples'].metainfo == original['data_samples'].metainfo
+    assert batch['inputs'].dtype == torch.uint8 and batch['inputs'].dim() == 1
+    assert torch.equal(batch['inputs'], torch.cat([s['inputs'].reshape(-1) for s in samples]))
+    warp = batch['pending_warp']
+    assert warp['image_shapes'].tolist() == [[*s['inputs'].shape[1:], 3] for s in samples]
+    assert batch['input_shapes'] == [s['data_samples'].img_shape for s in samples]
+
+
+def test_dataloader_workers_give_the_in_process_batch(toy_coco_root):
+    dataset = _dataset(toy_coco_root, 'device', RESIZES[0])
+    loader = DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=fast_collate,
+                        worker_init_fn=lambda worker: np.random.seed(0))
+    batch = next(iter(loader))
+    np.random.seed(0)
+    in_process = fast_collate([dataset[i] for i in range(4)])
+    for key in ('image_shapes', 'out_shapes'):
+        assert torch.equal(batch['pending_warp'][key], in_process['pending_warp'][key])
+    assert batch['inputs'].is_shared()
+    preprocessor = FastDetDataPreprocessor(**PREPROCESSOR)
+    assert preprocessor(batch)['inputs'].shape[0] == 4
+
+
+@pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
+def test_reduced_precision_inputs(toy_coco_root, dtype):
+    samples = _samples(_dataset(toy_coco_root, 'device', RESIZES[0]))
+    full = FastDetDataPreprocessor(**PREPROCESSOR)(fast_collate(samples))['inputs']
+    half = FastDetDataPreprocessor(**PREPROCESSOR, out_dtype=dtype)(fast_collate(samples))
+    assert torch.equal(half['inputs'], full.to(getattr(torch, dtype)))
+
+
+def test_bad_configurations_raise(toy_coco_root):
+    with pytest.raises(ValueError, match="pixels_on must be one of"):
+        NativeLoadResizeFlip(scale=(10, 10), pixels_on='gpu')
+    with pytest.raises(ValueError, match="interpolation in .*'bicubic'"):
+        NativeLoadResizeFlip(scale=(10, 10), interpolation='bicubic', pixels_on='device')
+    with pytest.raises(ValueError, match='to_float32=True'):
+        NativeLoadResizeFlip(scale=(10, 10), to_float32=True, pixels_on='device')
+    with pytest.raises(ValueError, match='out_dtype must be one of'):
+        FastDetDataPreprocessor(out_dtype='float64')
+    mixed = _samples(_dataset(toy_coco_root, 'device', RESIZES[0]), 2) + \
+        _samples(_dataset(toy_coco_root, 'worker', RESIZES[0]), 2)
+    with pytest.raises(ValueError, match='some samples of this batch were resized in the worker'):
+        fast_collate(mixed)
