@@ -47,7 +47,8 @@ ResizePlan plan_resize_normalize(const at::Tensor& data, const at::Tensor& image
                                  const at::Tensor& std, int64_t batch_height,
                                  int64_t batch_width);
 
-// One output value of cv::resize (uint8, INTER_LINEAR or INTER_NEAREST through its taps):
+// One output value of cv::resize (uint8, INTER_LINEAR or INTER_NEAREST through its taps), in
+// two steps a kernel may also call apart (the CPU kernel hoists the row pointers):
 // channel `channel` at the output column with taps `column` and the output row with taps `row`
 // of the channel-planar image `image` (C x `height` x `width`, as PackDetInputs packs it).
 //
@@ -57,18 +58,25 @@ ResizePlan plan_resize_normalize(const at::Tensor& data, const at::Tensor& image
 // opencv-python (4.11, x86-64) gives the vectorised result for every column, the last ones
 // included (tests/test_resize_normalize.py compares every column with cv2.resize). cv::resize's
 // exact 2x downscale (INTER_AREA in disguise) is the same arithmetic with weights 1024/1024.
-MMDET_EXT_HOST_DEVICE inline uint8_t resized_pixel(const uint8_t* image, int64_t height,
-                                                   int64_t width, int64_t channel,
-                                                   const int32_t* column, const int32_t* row) {
-  const uint8_t* plane = image + channel * height * width;
-  const uint8_t* row0 = plane + row[0] * width;
-  const uint8_t* row1 = plane + row[1] * width;
-  const int32_t top = row0[column[0]] * column[2] + row0[column[1]] * column[3];
-  const int32_t bottom = row1[column[0]] * column[2] + row1[column[1]] * column[3];
+MMDET_EXT_HOST_DEVICE inline int32_t horizontal_pass(const uint8_t* source_row,
+                                                     const int32_t* column) {
+  return source_row[column[0]] * column[2] + source_row[column[1]] * column[3];
+}
+
+MMDET_EXT_HOST_DEVICE inline uint8_t vertical_pass(int32_t top, int32_t bottom,
+                                                   const int32_t* row) {
   // top >> 4 <= 255 * 2048 / 16 fits int16 (v_pack never saturates); weights are 0..2048.
   const int32_t sum = (((top >> 4) * row[2]) >> 16) + (((bottom >> 4) * row[3]) >> 16);
   const int32_t value = (sum + 2) >> 2;
   return static_cast<uint8_t>(value < 0 ? 0 : (value > 255 ? 255 : value));
+}
+
+MMDET_EXT_HOST_DEVICE inline uint8_t resized_pixel(const uint8_t* image, int64_t height,
+                                                   int64_t width, int64_t channel,
+                                                   const int32_t* column, const int32_t* row) {
+  const uint8_t* plane = image + channel * height * width;
+  return vertical_pass(horizontal_pass(plane + row[0] * width, column),
+                       horizontal_pass(plane + row[1] * width, column), row);
 }
 
 // The source-order output index of output index `i` (of `size`) under a flip along that axis.
