@@ -135,6 +135,55 @@ def test_normalize_batch_matches_cpu(reverse_channels):
 
 
 @needs_cuda
+@pytest.mark.parametrize('interpolation', ['bilinear', 'nearest'])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16, torch.bfloat16])
+def test_resize_normalize_batch_matches_cpu(interpolation, dtype):
+    """Up, down, exact 2x, 1 px, every flip, one call: the CUDA kernel gives the CPU's bits."""
+    rng = np.random.default_rng(6)
+    sizes = [(480, 640), (37, 23), (1, 9), (64, 80), (300, 301)]
+    out_shapes = torch.tensor([[800, 1067], [75, 11], [4, 1], [32, 40], [299, 451]])
+    images = [rng.integers(0, 256, (3, h, w), dtype=np.uint8) for h, w in sizes]
+    data = torch.cat([torch.from_numpy(image).reshape(-1) for image in images])
+    shapes = torch.tensor([(h, w, 3) for h, w in sizes])
+    flips = torch.tensor([1, 2, 3, 0, 1])
+    mean, std = torch.tensor([123.675, 116.28, 103.53]), torch.tensor([58.395, 57.12, 57.375])
+    args = dict(reverse_channels=True, interpolation=interpolation, pad_size_divisor=32,
+                pad_value=0.5, dtype=dtype)
+    expected = ops.resize_normalize_batch(data, shapes, out_shapes, flips, mean, std, **args)
+    got = ops.resize_normalize_batch(data.cuda(), shapes, out_shapes, flips, mean.cuda(),
+                                     std.cuda(), **args)
+    assert got.is_cuda and torch.equal(got.cpu(), expected)
+
+
+@needs_cuda
+def test_deferred_batch_on_cuda_equals_cpu(toy_coco_root):
+    """FastDetDataPreprocessor on a CUDA model: the deferred batch, copied as uint8 (pinned,
+    non_blocking), resized on the GPU, equals the CPU result."""
+    from mmdet.datasets.transforms import PackDetInputs
+
+    from mmdet_ext import FastDetDataPreprocessor, LazyCocoDataset, LoadLazyAnnotations
+    from mmdet_ext import NativeLoadResizeFlip, fast_collate
+    from mmdet_ext.transforms import DEFERRED_META_KEYS
+    dataset = LazyCocoDataset(
+        data_root=str(toy_coco_root), ann_file='annotations/instances_train.json',
+        data_prefix=dict(img='train/'),
+        metainfo=dict(classes=('circle', 'rectangle', 'triangle', 'ring')),
+        pipeline=[LoadLazyAnnotations(with_bbox=True, with_mask=True),
+                  NativeLoadResizeFlip(scale=(1333, 800), keep_ratio=True, prob=0.5,
+                                       pixels_on='device'),
+                  PackDetInputs(meta_keys=DEFERRED_META_KEYS)])
+    np.random.seed(0)
+    samples = [dataset[i] for i in range(4)]
+    config = dict(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375], bgr_to_rgb=True,
+                  pad_size_divisor=32, pad_mask=True)
+    expected = FastDetDataPreprocessor(**config)(fast_collate(samples), training=True)
+    batch = fast_collate(samples, pin_memory=True)
+    assert batch['inputs'].is_pinned()
+    got = FastDetDataPreprocessor(**config).cuda()(batch, training=True)
+    assert got['inputs'].is_cuda and torch.equal(got['inputs'].cpu(), expected['inputs'])
+
+
+@needs_cuda
 def test_cuda_kernels_refuse_bad_input_like_the_cpu_ones():
     packed = ops.pack_polygons([[[1.0, 1.0, 7.0, 2.0, 4.0, 9.0]]])
     boxes = torch.tensor([[0.0, 0.0, 8.0, 8.0]])
