@@ -19,7 +19,7 @@ The op alone (one process, one thread): ms per batch to the normalised float bat
 decoded images: ``resize_normalize_batch`` (one pass) vs today's ``warp_image`` per image +
 ``fast_collate`` + ``normalize_batch``.
 
-    PYTHONPATH=. python benchmarks/deferred_pipeline.py [--images 64] [--workers 2]
+    PYTHONPATH=. python benchmarks/deferred_pipeline.py [--images 48] [--workers 2] [--rounds 2]
 
 Needs PyTurboJPEG<2 and libturbojpeg0 for the turbojpeg row (benchmark only; not installed by
 tools/install_deps.sh): ``apt-get install -y libturbojpeg0 && pip install "PyTurboJPEG<2"``.
@@ -36,7 +36,6 @@ import mmcv
 import numpy as np
 import torch
 from mmdet.datasets import CocoDataset
-from mmdet.datasets.transforms import PackDetInputs
 from mmengine.dataset import pseudo_collate
 from mmengine.registry import init_default_scope
 from torch.utils.data import DataLoader, Dataset
@@ -181,10 +180,11 @@ def op_ms_per_batch(paths: list[str], scale: tuple, batch_size: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--images', type=int, default=64)
+    parser.add_argument('--images', type=int, default=48)
     parser.add_argument('--workers', type=int, default=2)
     parser.add_argument('--batch-size', type=int, default=4)
-    parser.add_argument('--passes', type=int, default=3)
+    parser.add_argument('--passes', type=int, default=2)
+    parser.add_argument('--rounds', type=int, default=2)
     parser.add_argument('--out', type=Path, default=Path('benchmarks/results/deferred_pipeline.md'))
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -200,19 +200,22 @@ def main() -> None:
             root = Path(tmp) / f'{width}x{height}'
             paths = make_dataset(root, args.images, width, height)
             run = dict(batch_size=args.batch_size, workers=args.workers, passes=args.passes)
-            result = {
-                'mmdet default': samples_per_second(
-                    mmdet_dataset(root, scale, True, 'cv2'), pseudo_collate, **run),
-                'mmdet poly2mask=False': samples_per_second(
-                    mmdet_dataset(root, scale, False, 'cv2'), pseudo_collate, **run),
-                'mmdet poly2mask=False + turbojpeg': samples_per_second(
-                    mmdet_dataset(root, scale, False, 'turbojpeg'), pseudo_collate, **run),
-                'today (fused)': samples_per_second(our_dataset(root, scale, 'worker'),
-                                                    fast_collate, **run),
-                'deferred': samples_per_second(our_dataset(root, scale, 'device'),
-                                               fast_collate, **run),
-                'decode ceiling': samples_per_second(DecodeOnly(paths), keep_list, **run),
+            loaders = {
+                'mmdet default': (mmdet_dataset(root, scale, True, 'cv2'), pseudo_collate),
+                'mmdet poly2mask=False': (mmdet_dataset(root, scale, False, 'cv2'),
+                                          pseudo_collate),
+                'mmdet poly2mask=False + turbojpeg': (
+                    mmdet_dataset(root, scale, False, 'turbojpeg'), pseudo_collate),
+                'today (fused)': (our_dataset(root, scale, 'worker'), fast_collate),
+                'deferred': (our_dataset(root, scale, 'device'), fast_collate),
+                'decode ceiling': (DecodeOnly(paths), keep_list),
             }
+            # Rounds interleave the pipelines and each keeps its best round, so that a burst of
+            # load from other jobs on the machine does not land on one pipeline only.
+            result = {key: 0.0 for key in loaders}
+            for _ in range(args.rounds):
+                for key, (dataset, collate) in loaders.items():
+                    result[key] = max(result[key], samples_per_second(dataset, collate, **run))
             rows.append((name, result))
             op_rows.append((name, op_ms_per_batch(paths, scale, args.batch_size, repeat=5)))
             print(name, result, op_rows[-1], flush=True)
@@ -225,7 +228,8 @@ def main() -> None:
         'decode ceiling',
         '',
         f'Command: `PYTHONPATH=. python benchmarks/deferred_pipeline.py --images {args.images} '
-        f'--workers {args.workers} --batch-size {args.batch_size} --passes {args.passes}`',
+        f'--workers {args.workers} --batch-size {args.batch_size} --passes {args.passes} '
+        f'--rounds {args.rounds}`',
         '',
         f'Machine: {platform.machine()}, {len(os.sched_getaffinity(0))} usable CPUs, Python '
         f'{platform.python_version()}, torch {torch.__version__}, mmdet_ext '
@@ -235,7 +239,10 @@ def main() -> None:
         f'{args.images} photo-like JPEGs per scenario (multi-scale noise, gradients, edges, '
         f'grain; quality 90), toy COCO annotations (polygons + crowd RLE), DataLoader batch '
         f'{args.batch_size}, {args.workers} workers, persistent, no shuffle, one warm-up pass '
-        f'then {args.passes} timed passes. Samples/s, higher is better. The deferred path '
+        f'then {args.passes} timed passes; {args.rounds} rounds over all pipelines, the best '
+        'round of each. Samples/s, higher is better. The decode ceiling decodes at full size; '
+        'the reduced-size decode of NativeLoadResizeFlip (1/2 for 2560x1920 -> 1067x800) can '
+        'beat it. The deferred path '
         'leaves the resize to the data preprocessor (on the GPU in GPU training): not in these '
         'numbers; its CPU cost is the second table.',
         '',
@@ -266,7 +273,7 @@ def main() -> None:
         '(checked in the run). The deferred path decodes at full size here (the pipeline\'s '
         'reduced decode would make its input smaller). No GPU number: none was available.',
         '',
-        '| scenario | today | resize_normalize_batch | ratio |',
+        '| scenario | today | resize_normalize_batch | time ratio (> 1: slower) |',
         '|---|---:|---:|---:|',
     ]
     lines += [f'| {name} | {today:.2f} | {ours:.2f} | {ours / today:.2f}x |'

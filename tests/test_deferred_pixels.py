@@ -73,7 +73,8 @@ def test_transform_writes_the_worker_results_but_keeps_the_decoded_image(toy_coc
             full = cv2.imread(sample['img_path'])
             denom = -(-full.shape[1] // deferred['img'].shape[1])  # 1, 2, 4 or 8: reduced decode
             assert denom in (1, 2, 4, 8) and deferred['img'].dtype == np.uint8
-            assert deferred['img'].shape == (-(-full.shape[0] // denom), -(-full.shape[1] // denom), 3)
+            assert deferred['img'].shape == (-(-full.shape[0] // denom),
+                                             -(-full.shape[1] // denom), 3)
             if denom == 1:
                 np.testing.assert_array_equal(deferred['img'], full)
             assert deferred['pending_warp'] == {'out_shape': eager['img_shape'],

@@ -50,7 +50,8 @@ def test_resize_equals_cv2_bit_for_bit(interpolation, channels):
     rng = np.random.default_rng(channels)
     for h, w, out_h, out_w in random_sizes(rng, 60):
         image = rng.integers(0, 256, (h, w, channels), dtype=np.uint8)
-        expected = cv2.resize(image, (out_w, out_h), interpolation=CV2_INTERPOLATIONS[interpolation])
+        expected = cv2.resize(image, (out_w, out_h),
+                              interpolation=CV2_INTERPOLATIONS[interpolation])
         expected = expected.reshape(out_h, out_w, channels)
         got = resize_only([image], [(out_h, out_w)], interpolation)[0]
         assert got.shape == (channels, out_h, out_w)
