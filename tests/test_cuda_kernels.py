@@ -184,6 +184,18 @@ def test_deferred_batch_on_cuda_equals_cpu(toy_coco_root):
 
 
 @needs_cuda
+def test_prefetcher_copies_pinned_deferred_batches_on_a_side_stream():
+    from mmdet_ext.engine import DevicePrefetcher
+    batches = [{'inputs': torch.arange(n, dtype=torch.uint8).pin_memory(),
+                'pending_warp': {'interpolation': 'bilinear'}} for n in (5, 7, 9)]
+    got = list(DevicePrefetcher(iter(batches), torch.device('cuda')))
+    assert [b['inputs'].device.type for b in got] == ['cuda'] * 3
+    for mine, theirs in zip(got, batches):
+        assert torch.equal(mine['inputs'].cpu(), theirs['inputs'])
+        assert not theirs['inputs'].is_cuda  # the batches handed in are not modified
+
+
+@needs_cuda
 def test_cuda_kernels_refuse_bad_input_like_the_cpu_ones():
     packed = ops.pack_polygons([[[1.0, 1.0, 7.0, 2.0, 4.0, 9.0]]])
     boxes = torch.tensor([[0.0, 0.0, 8.0, 8.0]])

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from mmdet_ext import (FastDetDataPreprocessor, LazyCocoDataset, LoadLazyAnnotations,
                        NativeLoadResizeFlip, fast_collate)
+from mmdet_ext.engine import DevicePrefetcher
 from mmdet_ext.transforms import DEFERRED_META_KEYS
 
 CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
@@ -155,3 +156,18 @@ def test_bad_configurations_raise(toy_coco_root):
         _samples(_dataset(toy_coco_root, 'worker', RESIZES[0]), 2)
     with pytest.raises(ValueError, match='some samples of this batch were resized in the worker'):
         fast_collate(mixed)
+
+
+def test_prefetcher_hands_out_every_batch_in_order(toy_coco_root):
+    """The look-ahead logic, on the CPU (where batches pass through); the side-stream copy
+    itself runs only with CUDA (test_cuda_kernels.py)."""
+    dataset = _dataset(toy_coco_root, 'device', RESIZES[0])
+    loader = DataLoader(dataset, batch_size=3, collate_fn=fast_collate)  # 8 samples: 3 + 3 + 2
+    np.random.seed(0)
+    expected = list(loader)
+    np.random.seed(0)
+    got = list(DevicePrefetcher(iter(loader), torch.device('cpu')))
+    assert len(got) == len(expected) == 3
+    for mine, theirs in zip(got, expected):
+        assert torch.equal(mine['inputs'], theirs['inputs'])
+    assert list(DevicePrefetcher(iter([]), torch.device('cpu'))) == []

@@ -1,11 +1,13 @@
 """Training-engine pieces: checkpoint I/O, memory watch and hooks."""
 from .checkpoint_loading import CheckpointLoadError, load_checkpoint_to_cpu
 from .checkpoint_saving import AtomicLocalBackend, atomic_write_bytes
-from .hooks import (AtomicCheckpointHook, CpuCheckpointLoadHook, ExactResumeHook,
-                    MemoryWatchError, MemoryWatchHook, WorkerDefaultsHook)
+from .hooks import (AtomicCheckpointHook, CpuCheckpointLoadHook, DevicePrefetcher,
+                    DevicePrefetchHook, ExactResumeHook, MemoryWatchError, MemoryWatchHook,
+                    WorkerDefaultsHook)
 
 __all__ = [
     'AtomicCheckpointHook', 'AtomicLocalBackend', 'CheckpointLoadError', 'CpuCheckpointLoadHook',
+    'DevicePrefetchHook', 'DevicePrefetcher',
     'ExactResumeHook', 'MemoryWatchError', 'MemoryWatchHook', 'atomic_write_bytes',
     'WorkerDefaultsHook', 'load_checkpoint_to_cpu'
 ]

@@ -1,11 +1,12 @@
 """Runner hooks (registered in mmdet's HOOKS on import)."""
 from .atomic_checkpoint_hook import AtomicCheckpointHook
 from .cpu_checkpoint_load_hook import CpuCheckpointLoadHook
+from .device_prefetch_hook import DevicePrefetcher, DevicePrefetchHook
 from .exact_resume_hook import ExactResumeHook
 from .memory_watch_hook import MemoryWatchError, MemoryWatchHook
 from .worker_defaults_hook import WorkerDefaultsHook
 
 __all__ = [
-    'AtomicCheckpointHook', 'CpuCheckpointLoadHook', 'ExactResumeHook', 'MemoryWatchError',
-    'MemoryWatchHook', 'WorkerDefaultsHook'
+    'AtomicCheckpointHook', 'CpuCheckpointLoadHook', 'DevicePrefetchHook', 'DevicePrefetcher',
+    'ExactResumeHook', 'MemoryWatchError', 'MemoryWatchHook', 'WorkerDefaultsHook'
 ]
