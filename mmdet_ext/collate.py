@@ -28,7 +28,7 @@ from mmengine.dataset import pseudo_collate
 from .ops import FLIP_CODES
 from .registry import FUNCTIONS
 from .rounding import padded_size
-from .transforms.fused_loading import PENDING_WARP_KEY
+from .transforms.fused_loading import JPEG_SCALE_DENOMS, PENDING_WARP_KEY
 
 
 @FUNCTIONS.register_module()
@@ -68,6 +68,7 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
         return pseudo_collate(data_batch)
     if _pending_warps(data_batch) is not None:
         return _collate_deferred(data_batch, _pending_warps(data_batch), pin_memory)
+    _check_images_have_their_shape(data_batch)
     images = [sample['inputs'] for sample in data_batch]
     first = images[0]
     height = padded_size(max(image.shape[1] for image in images), pad_size_divisor)
@@ -109,6 +110,33 @@ def _pending_warps(data_batch: Sequence) -> Optional[list]:
         raise ValueError('fast_collate: some samples of this batch were resized in the worker '
                          "and others not (pixels_on='device'); one pipeline per batch")
     return warps
+
+
+def _check_images_have_their_shape(data_batch: Sequence) -> None:
+    """Refuses a sample that looks decoded but not resized: a deferred one that lost its record.
+
+    Why: a ``NativeLoadResizeFlip(pixels_on='device')`` sample whose ``PackDetInputs`` lacks
+    ``'pending_warp'`` in ``meta_keys`` arrives at its decoded size (``ori_shape``, or 1/2, 1/4,
+    1/8 of it after the reduced JPEG decode) with the metainfo of the resized image; batched as
+    it is, the model would train on unresized, unflipped pixels. Only that pattern is refused:
+    other batches whose images differ from their ``img_shape`` are collated as mmengine would.
+    """
+    for position, sample in enumerate(data_batch):
+        metainfo = getattr(sample.get('data_samples'), 'metainfo', {})
+        if 'ori_shape' not in metainfo or 'img_shape' not in metainfo:
+            continue
+        height, width = metainfo['ori_shape'][:2]
+        decoded_sizes = [(-(-height // d), -(-width // d)) for d in JPEG_SCALE_DENOMS + (1,)]
+        image_shape = tuple(sample['inputs'].shape[1:])
+        claimed = [tuple(metainfo[key][:2]) for key in ('img_shape', 'pad_shape')
+                   if key in metainfo]
+        if image_shape in decoded_sizes and image_shape not in claimed:
+            raise ValueError(
+                f'fast_collate: sample {position} ({metainfo.get("img_path", "no img_path")}) '
+                f'has an image of its decoded size {image_shape} but the metainfo of a '
+                f'{claimed[0]} image. With NativeLoadResizeFlip(pixels_on=\'device\'), '
+                "PackDetInputs must carry 'pending_warp' in its meta_keys "
+                '(mmdet_ext.transforms.DEFERRED_META_KEYS).')
 
 
 def _collate_deferred(data_batch: Sequence, warps: list, pin_memory: bool) -> dict:

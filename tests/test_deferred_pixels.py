@@ -171,3 +171,17 @@ def test_prefetcher_hands_out_every_batch_in_order(toy_coco_root):
     for mine, theirs in zip(got, expected):
         assert torch.equal(mine['inputs'], theirs['inputs'])
     assert list(DevicePrefetcher(iter([]), torch.device('cpu'))) == []
+
+
+def test_deferred_samples_without_their_record_are_refused(toy_coco_root):
+    # The default meta_keys drop 'pending_warp': the images arrive unresized, and batching them
+    # as they are would train on the wrong pixels.
+    pipeline = [LoadLazyAnnotations(with_bbox=True, with_mask=True),
+                NativeLoadResizeFlip(scale=(1333, 800), keep_ratio=True, pixels_on='device'),
+                PackDetInputs()]
+    dataset = LazyCocoDataset(data_root=str(toy_coco_root),
+                              ann_file='annotations/instances_train.json',
+                              data_prefix=dict(img='train/'), metainfo=dict(classes=CLASSES),
+                              pipeline=pipeline)
+    with pytest.raises(ValueError, match="'pending_warp' in its meta_keys"):
+        fast_collate(_samples(dataset, count=2))
