@@ -2,10 +2,11 @@
 from .atomic_checkpoint_hook import AtomicCheckpointHook
 from .cpu_checkpoint_load_hook import CpuCheckpointLoadHook
 from .exact_resume_hook import ExactResumeHook
+from .inflight_cleanup_hook import InflightCleanupHook
 from .memory_watch_hook import MemoryWatchError, MemoryWatchHook
 from .worker_defaults_hook import WorkerDefaultsHook
 
 __all__ = [
-    'AtomicCheckpointHook', 'CpuCheckpointLoadHook', 'ExactResumeHook', 'MemoryWatchError',
-    'MemoryWatchHook', 'WorkerDefaultsHook'
+    'AtomicCheckpointHook', 'CpuCheckpointLoadHook', 'ExactResumeHook', 'InflightCleanupHook',
+    'MemoryWatchError', 'MemoryWatchHook', 'WorkerDefaultsHook'
 ]
