@@ -80,3 +80,64 @@ def test_signal_save_and_mid_epoch_resume_repeat_the_run(tmp_path, iter_based):
     # hook runs; a constant, where mmengine's replay would load all 6 skipped batches.
     trained = 4 * (len(expected) - 6)
     assert trained <= _loaded(cut, 'resumed') <= trained + (16 if iter_based else 0)
+
+
+TWO_RANKS = textwrap.dedent('''
+    import os, signal, sys
+    import torch.distributed as dist
+    from mmengine.runner import Runner
+    import test_preemption_resume as t
+    from helpers.tiny_runner import LossRecorderHook, tiny_runner_kwargs
+
+    work_dir, name, signal_rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    rank = int(os.environ['RANK'])
+    # As in test_checkpoint_distributed.py: gloo set up here, DDP without device_ids (CPU).
+    dist.init_process_group('gloo')
+    hooks = [dict(type='SignalCheckpointHook'),
+             LossRecorderHook(f'{work_dir}/losses{rank}.jsonl')]
+    if rank == signal_rank:  # only this rank is signalled: the other must stop with it
+        hooks.append(t.SignalSelfAt(2, signal.SIGUSR1))
+    kwargs = tiny_runner_kwargs(
+        work_dir, experiment_name=name, launcher='pytorch', max_epochs=2,
+        train_dataloader=t._loader(1, True), custom_hooks=hooks, resume=name == 'resumed',
+        cfg=dict(model_wrapper_cfg=dict(type='MMDistributedDataParallel', device_ids=None)))
+    try:
+        Runner(**kwargs).train()
+    finally:
+        dist.destroy_process_group()
+''')
+
+
+def _two_ranks(work_dir, name: str, signal_rank: int = -1) -> list[int]:
+    """Both ranks of a gloo job as plain processes (as torchrun starts them); their exit codes."""
+    work_dir.mkdir(exist_ok=True)
+    script = work_dir / 'two_ranks.py'
+    script.write_text(TWO_RANKS)
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'WORLD_SIZE': '2', 'LOCAL_WORLD_SIZE': '2',
+           'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(20000 + os.getpid() % 20000),
+           'PYTHONPATH': os.pathsep.join([tests_dir, os.environ.get('PYTHONPATH', '')])}
+    procs = [subprocess.Popen([sys.executable, str(script), str(work_dir), name, str(signal_rank)],
+                              env={**env, 'RANK': str(r), 'LOCAL_RANK': str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in (0, 1)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    (work_dir / f'{name}.out').write_text('\n'.join(outputs))
+    return [p.returncode for p in procs]
+
+
+def test_two_ranks_agree_save_on_one_ranks_signal_and_resume_exactly(tmp_path):
+    full, cut = tmp_path / 'full', tmp_path / 'cut'
+    assert _two_ranks(full, 'full') == [0, 0]
+    # 32 samples, 2 ranks x 4: 4 batches an epoch; rank 1 alone gets SIGUSR1 in iteration 2.
+    assert _two_ranks(cut, 'cut', signal_rank=1) == [PREEMPTED_EXIT_CODE] * 2
+    log = (cut / 'cut.out').read_text()
+    assert 'SIGUSR1 received (this rank: no, another rank)' in log
+    assert (cut / 'last_checkpoint').read_text().endswith('iter_3.pth')
+    assert _two_ranks(cut, 'resumed') == [0, 0]
+    assert 'continues at batch 4' in (cut / 'resumed.out').read_text()
+    for rank in (0, 1):
+        expected = read_losses(str(full / f'losses{rank}.jsonl'))
+        assert sorted(expected) == list(range(8))
+        assert read_losses(str(cut / f'losses{rank}.jsonl')) == expected
+    assert read_losses(str(full / 'losses0.jsonl')) != read_losses(str(full / 'losses1.jsonl'))

@@ -3,7 +3,7 @@ repeats itself -- also from a checkpoint saved in the middle of an epoch."""
 from typing import Any, Optional
 
 from mmengine.dist import all_gather_object
-from mmengine.hooks import Hook
+from mmengine.hooks import CheckpointHook, Hook
 from mmengine.runner import IterBasedTrainLoop
 
 from ..._compat import infinite_iterator_epoch, restart_infinite_iterator, runner_resume_requested
@@ -40,6 +40,15 @@ class PrepaidIterator:
         return infinite_iterator_epoch(self.iterator)
 
 
+def saves_after_this_iter(hook: Hook, runner) -> bool:
+    """Whether ``hook``, a by-iteration ``CheckpointHook``, saves in this ``after_train_iter``
+    (the test ``CheckpointHook.after_train_iter`` makes)."""
+    if not isinstance(hook, CheckpointHook) or hook.by_epoch:
+        return False
+    return hook.every_n_train_iters(runner, hook.interval, hook.save_begin) or (
+        hook.save_last and hook.is_last_train_iter(runner))
+
+
 @HOOKS.register_module()
 class ExactResumeHook(Hook):
     """Make an interrupted-then-resumed run reproduce the uninterrupted run's losses.
@@ -55,8 +64,9 @@ class ExactResumeHook(Hook):
       (``datasets/sample_seeds.py``), so the data does not depend on the worker count or on
       ``persistent_workers``;
     * snapshots every rank's RNG state at the end of each training epoch (iteration-based loops:
-      each iteration) and whenever a checkpoint is saved elsewhere (mid-epoch), gathered onto
-      rank 0, and counts the batches consumed in the current data epoch;
+      each iteration), after iterations a by-iteration ``CheckpointHook`` saves, and when
+      ``SignalCheckpointHook`` is about to save, gathered onto rank 0; counts the batches
+      consumed in the current data epoch;
     * writes snapshots, sampler seed and data position into the checkpoint;
     * restores the snapshot after validation, so validation never shifts the training streams;
     * on resume only (``after_load_checkpoint`` also fires for ``load_from``; it checks the
@@ -70,7 +80,7 @@ class ExactResumeHook(Hook):
     ``IterBasedTrainLoop``, any ``num_workers``, persistent or not, end-of-epoch or mid-epoch
     checkpoints. Not exact: GPU kernels that are nondeterministic anyway; a different world
     size (warned); a checkpoint saved without this hook (warned: it falls back to mmengine's
-    behaviour). In the partial epoch after a mid-epoch resume, ``batch_idx`` (what LoggerHook
+    behaviour); in distributed runs, a mid-epoch checkpoint saved by some other hook (warned). In the partial epoch after a mid-epoch resume, ``batch_idx`` (what LoggerHook
     shows as ``[i/N]``) counts the remaining batches only. In distributed runs the snapshot
     costs one small all-gather per iteration-based iteration and per checkpoint.
     """
@@ -111,6 +121,13 @@ class ExactResumeHook(Hook):
             self._snapshot()
         else:
             self._position[1] += 1
+            if any(saves_after_this_iter(hook, runner) for hook in runner.hooks):
+                self._snapshot()
+
+    def snapshot_for_save(self) -> None:
+        """Snapshot every rank's RNG now, for a checkpoint saved next (call it on all ranks:
+        ``runner.save_checkpoint`` runs on rank 0 only, where no collective can be started)."""
+        self._snapshot()
 
     def after_train_epoch(self, runner) -> None:
         if not isinstance(runner.train_loop, IterBasedTrainLoop):
@@ -121,8 +138,14 @@ class ExactResumeHook(Hook):
             restore_rng_state(self._own_snapshot)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        if not self._snapshot_fresh and runner.train_loop is not None:
-            self._snapshot()  # a save in the middle of an epoch (every rank saves together)
+        if not self._snapshot_fresh:
+            if runner.world_size == 1:
+                self._snapshot()
+            else:
+                runner.logger.warning(
+                    'ExactResumeHook: a checkpoint saved in the middle of an epoch by a hook '
+                    'this hook does not know; it carries the RNG state of the last epoch end, '
+                    'so resuming from it will not repeat the run exactly.')
         rng = self._all_snapshots or [capture_rng_state()]
         sampler = runner.train_dataloader.sampler
         checkpoint[CHECKPOINT_KEY] = dict(

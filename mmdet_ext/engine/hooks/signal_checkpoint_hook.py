@@ -11,6 +11,7 @@ from mmengine.hooks import CheckpointHook, Hook
 from ...datasets.inflight import remove_inflight_records
 from ...registry import HOOKS
 from ..checkpoint_saving import atomic_write_bytes
+from .exact_resume_hook import ExactResumeHook
 from .inflight_cleanup_hook import inflight_directories
 
 # sysexits.h EX_TEMPFAIL: "a temporary failure; the user is invited to retry". Not 0, so that
@@ -105,6 +106,9 @@ class SignalCheckpointHook(Hook):
         backend_args = getattr(hook, 'backend_args', None)
         if backend_args is None and '://' not in str(out_dir):
             backend_args = {'backend': 'atomic_local'}
+        for other in runner.hooks:
+            if isinstance(other, ExactResumeHook):
+                other.snapshot_for_save()  # on every rank; save_checkpoint runs on rank 0 only
         filename = f'iter_{runner.iter + 1}.pth'
         runner.save_checkpoint(out_dir, filename, by_epoch=False, backend_args=backend_args)
         path = osp.join(str(out_dir), filename)
