@@ -77,6 +77,8 @@ PRIVATE_ATTRIBUTES: dict[str, str] = {
         '_compat.restart_infinite_iterator (ExactResumeHook)',
     'mmengine.runner.loops._InfiniteDataloaderIterator._iterator':
         '_compat.restart_infinite_iterator (ExactResumeHook)',
+    'mmdet.datasets.samplers.AspectRatioBatchSampler._aspect_ratio_buckets':
+        '_compat.restart_infinite_iterator (ExactResumeHook)',
     'mmengine.dataset.BaseDataset._fully_initialized':
         '_compat.dataset_fully_initialized, mark_dataset_fully_initialized (LazyCocoDataset)',
     'mmengine.dataset.BaseDataset._indices': '_compat.dataset_indices (LazyCocoDataset)',
@@ -184,13 +186,20 @@ def restart_infinite_iterator(iterator: Any, epoch: int, batches: Any = None,
     changes, the iterator has to be made again.
     """
     loader = iterator._dataloader
-    if hasattr(loader.sampler, 'set_epoch'):
-        loader.sampler.set_epoch(epoch)
-    if hasattr(loader.sampler, '_indices_of_rank'):
+    sampler = getattr(loader.batch_sampler, 'sampler', None) or loader.sampler
+    if hasattr(sampler, 'set_epoch'):
+        sampler.set_epoch(epoch)
+    if hasattr(sampler, '_indices_of_rank'):
         # InfiniteSampler makes its one index stream at construction and every iterator reads
         # that; the one made with the loop (workers prefetch from it) has drawn from it already,
         # and closing that iterator closes the stream. A new stream, from the (restored) seed.
-        loader.sampler.indices = loader.sampler._indices_of_rank()
+        sampler.indices = sampler._indices_of_rank()
+    inner = getattr(loader.batch_sampler, 'batch_sampler', loader.batch_sampler)
+    if hasattr(inner, '_aspect_ratio_buckets'):
+        # mmdet's AspectRatioBatchSampler keeps its buckets on the instance; that iterator left
+        # a full one behind (suspended at its yield), which the next iterator would overfill --
+        # it then never yields, since it tests len(bucket) == batch_size.
+        inner._aspect_ratio_buckets = [[] for _ in inner._aspect_ratio_buckets]
     if batches is not None:
         batches.skip_next(skip)
     iterator._epoch = epoch

@@ -136,6 +136,16 @@ class ResumableBatchSampler:
                    for slot, index in enumerate(batch)]
 
 
+def index_sampler(loader: DataLoader) -> Any:
+    """The sampler that orders ``loader``'s samples: its batch sampler's, when it has one.
+
+    With ``batch_sampler=`` (mmdet's ``AspectRatioBatchSampler``), ``loader.sampler`` is a
+    ``SequentialSampler`` torch made up, and the configured one is ``batch_sampler.sampler``.
+    """
+    batches = loader.batch_sampler
+    return getattr(batches, 'sampler', None) or loader.sampler
+
+
 def install_resumable_loading(loader: DataLoader, seed: int, rank: int) -> ResumableBatchSampler:
     """Give ``loader`` a ``ResumableBatchSampler`` and a ``PerSampleSeedDataset`` (idempotent).
 

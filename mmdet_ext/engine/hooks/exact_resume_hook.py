@@ -7,7 +7,8 @@ from mmengine.hooks import CheckpointHook, Hook
 from mmengine.runner import IterBasedTrainLoop
 
 from ..._compat import infinite_iterator_epoch, restart_infinite_iterator, runner_resume_requested
-from ...datasets.sample_seeds import ResumableBatchSampler, install_resumable_loading
+from ...datasets.sample_seeds import (ResumableBatchSampler, index_sampler,
+                                      install_resumable_loading)
 from ...registry import HOOKS
 from ..rng_state import capture_rng_state, restore_rng_state
 
@@ -147,7 +148,7 @@ class ExactResumeHook(Hook):
                     'this hook does not know; it carries the RNG state of the last epoch end, '
                     'so resuming from it will not repeat the run exactly.')
         rng = self._all_snapshots or [capture_rng_state()]
-        sampler = runner.train_dataloader.sampler
+        sampler = index_sampler(runner.train_dataloader)
         checkpoint[CHECKPOINT_KEY] = dict(
             rng=rng, sampler_seed=getattr(sampler, 'seed', None),
             position=dict(epoch=self._position[0], batches=self._position[1]))
@@ -164,7 +165,7 @@ class ExactResumeHook(Hook):
     def before_train(self, runner) -> None:
         state, self._to_restore = self._to_restore, None
         loop = runner.train_loop
-        sampler = loop.dataloader.sampler
+        sampler = index_sampler(loop.dataloader)
         if state is not None and state['sampler_seed'] is not None and hasattr(sampler, 'seed'):
             sampler.seed = state['sampler_seed']
         seed = getattr(sampler, 'seed', None)
