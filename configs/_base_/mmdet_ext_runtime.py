@@ -19,6 +19,9 @@ custom_hooks = [
     # inflight_<pid>.txt (the sample each loading process is on) deleted when the run ends
     # normally; kept after a death or hang, where they name the sample.
     dict(type='InflightCleanupHook'),
+    # SIGTERM / SIGUSR1 (preemption): finish the iteration, save iter_N.pth on all ranks, exit
+    # 75; --resume continues at the next batch (docs/hangs_and_resume.md).
+    dict(type='SignalCheckpointHook'),
 ]
 
 default_hooks = dict(
