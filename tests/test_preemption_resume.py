@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from mmengine.hooks import Hook
@@ -14,6 +15,8 @@ from mmengine.runner import Runner
 
 from helpers.tiny_runner import LossRecorderHook, TinyFlipDataset, read_losses, tiny_runner_kwargs
 from mmdet_ext.engine.hooks import PREEMPTED_EXIT_CODE, PreemptedExit
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class SignalSelfAt(Hook):
@@ -145,3 +148,29 @@ def test_two_ranks_agree_save_on_one_ranks_signal_and_resume_exactly(tmp_path):
         assert sorted(expected) == list(range(8))
         assert read_losses(str(cut / f'losses{rank}.jsonl')) == expected
     assert read_losses(str(full / 'losses0.jsonl')) != read_losses(str(full / 'losses1.jsonl'))
+
+
+def test_skip_draws_aspect_ratio_batches_exactly(toy_coco_root):
+    """mmdet's AspectRatioBatchSampler regroups indices: the skip draws its batches (indices
+    only) instead of slicing the index list, so the rest of the epoch is the same batches."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+
+    from mmdet_ext.datasets.sample_seeds import install_resumable_loading
+    init_default_scope('mmdet')
+    cfg = Config.fromfile(str(REPO / 'configs/_base_/datasets/toy_coco_instance.py'))
+    loader_cfg = cfg.train_dataloader.to_dict()
+    loader_cfg['dataset']['data_root'] = f'{toy_coco_root}/'
+    loader_cfg.update(batch_size=3, num_workers=0, persistent_workers=False, timeout=0)
+    loader = Runner.build_dataloader(loader_cfg, seed=5)
+    assert type(loader.batch_sampler).__name__ == 'AspectRatioBatchSampler'
+    batches = install_resumable_loading(loader, seed=5, rank=0)
+    loader.batch_sampler.sampler.set_epoch(1)
+    full = list(batches)
+    assert len(full) >= 3
+    batches.skip_next(2)
+    # Same keys (index and seed) as the uninterrupted epoch's, for every iterator of the epoch.
+    assert list(batches) == full[2:] and list(batches) == full[2:]
+    assert len(batches) == len(batches.batch_sampler) - 2
+    batches.skip_next(0)
+    assert list(batches) == full
