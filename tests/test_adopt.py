@@ -133,7 +133,7 @@ def test_scope_resolves_to_the_configs_inside_the_package(elsewhere):
     assert {hook._scope_ for hook in cfg.custom_hooks} == {'mmdet_ext'}
     built = [type(HOOKS.build(hook)).__name__ for hook in cfg.custom_hooks]
     assert built == ['CpuCheckpointLoadHook', 'ExactResumeHook', 'MemoryWatchHook',
-                     'WorkerDefaultsHook']
+                     'WorkerDefaultsHook', 'InflightCleanupHook', 'SignalCheckpointHook']
     assert type(HOOKS.build(cfg.default_hooks.checkpoint)).__name__ == 'AtomicCheckpointHook'
 
 
