@@ -1,7 +1,6 @@
 """Save on a signal, then resume mid-epoch: the losses equal the uninterrupted run's, and the
 resumed run loads only the samples it trains on. Real Runner, real signals, real workers;
 the two-rank case under torchrun with gloo."""
-import json
 import os
 import signal
 import subprocess

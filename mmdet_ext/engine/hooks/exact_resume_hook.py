@@ -81,8 +81,9 @@ class ExactResumeHook(Hook):
     ``IterBasedTrainLoop``, any ``num_workers``, persistent or not, end-of-epoch or mid-epoch
     checkpoints. Not exact: GPU kernels that are nondeterministic anyway; a different world
     size (warned); a checkpoint saved without this hook (warned: it falls back to mmengine's
-    behaviour); in distributed runs, a mid-epoch checkpoint saved by some other hook (warned). In the partial epoch after a mid-epoch resume, ``batch_idx`` (what LoggerHook
-    shows as ``[i/N]``) counts the remaining batches only. In distributed runs the snapshot
+    behaviour); in distributed runs, a mid-epoch checkpoint saved by some other hook (warned).
+    In the partial epoch after a mid-epoch resume, ``batch_idx`` (what LoggerHook shows as
+    ``[i/N]``) counts the remaining batches only. In distributed runs the snapshot
     costs one small all-gather per iteration-based iteration and per checkpoint.
     """
 
