@@ -51,6 +51,8 @@ PRIVATE_CALLABLES: dict[str, PrivateCallable] = {
         ('self', 'results'), '_compat.resize_annotations (NativeLoadResizeFlip)'),
     'mmdet.datasets.transforms.Resize._record_homography_matrix': PrivateCallable(
         ('self', 'results'), '_compat.record_homography (NativeLoadResizeFlip)'),
+    'mmengine.dataset.InfiniteSampler._indices_of_rank': PrivateCallable(
+        ('self',), '_compat.restart_infinite_iterator (ExactResumeHook)'),
     # Overridden (a method override has to keep the private name):
     'mmdet.datasets.transforms.LoadAnnotations._load_masks': PrivateCallable(
         ('self', 'results'), 'mmdet_ext.transforms.LoadLazyAnnotations._load_masks'),
@@ -69,6 +71,14 @@ PRIVATE_ATTRIBUTES: dict[str, str] = {
     **{f'mmengine.runner.Runner._{name}_loop':
        '_compat.runner_loops (WorkerDefaultsHook, MemoryWatchHook)'
        for name in ('train', 'val', 'test')},
+    'mmengine.runner.loops._InfiniteDataloaderIterator._epoch':
+        '_compat.infinite_iterator_epoch, restart_infinite_iterator (ExactResumeHook)',
+    'mmengine.runner.loops._InfiniteDataloaderIterator._dataloader':
+        '_compat.restart_infinite_iterator (ExactResumeHook)',
+    'mmengine.runner.loops._InfiniteDataloaderIterator._iterator':
+        '_compat.restart_infinite_iterator (ExactResumeHook)',
+    'mmdet.datasets.samplers.AspectRatioBatchSampler._aspect_ratio_buckets':
+        '_compat.restart_infinite_iterator (ExactResumeHook)',
     'mmengine.dataset.BaseDataset._fully_initialized':
         '_compat.dataset_fully_initialized, mark_dataset_fully_initialized (LazyCocoDataset)',
     'mmengine.dataset.BaseDataset._indices': '_compat.dataset_indices (LazyCocoDataset)',
@@ -158,6 +168,51 @@ def runner_loops(runner: Any) -> dict[str, Any]:
     Why not ``runner.train_loop``: that property builds the loop (and its DataLoader) on access.
     """
     return {'train': runner._train_loop, 'val': runner._val_loop, 'test': runner._test_loop}
+
+
+def infinite_iterator_epoch(iterator: Any) -> int:
+    """``_InfiniteDataloaderIterator._epoch``: how often an iteration-based loop's DataLoader
+    has run out and been restarted (the sampler epoch it set); 0 for any other iterator."""
+    return getattr(iterator, '_epoch', 0)
+
+
+def restart_infinite_iterator(iterator: Any, epoch: int, batches: Any = None,
+                              skip: int = 0) -> None:
+    """Restart an iteration-based loop's DataLoader iterator at sampler epoch ``epoch``, its
+    ``ResumableBatchSampler`` ``batches`` (if given) skipping the epoch's first ``skip``.
+
+    Why: ``IterBasedTrainLoop`` builds its ``_InfiniteDataloaderIterator`` -- which calls
+    ``iter(dataloader)`` at once -- before any hook runs; after the DataLoader's sampling
+    changes, the iterator has to be made again.
+    """
+    loader = iterator._dataloader
+    sampler = getattr(loader.batch_sampler, 'sampler', None) or loader.sampler
+    if hasattr(sampler, 'set_epoch'):
+        sampler.set_epoch(epoch)
+    if hasattr(sampler, '_indices_of_rank'):
+        # InfiniteSampler makes its one index stream at construction and every iterator reads
+        # that; the one made with the loop (workers prefetch from it) has drawn from it already,
+        # and closing that iterator closes the stream. A new stream, from the (restored) seed.
+        sampler.indices = sampler._indices_of_rank()
+    inner = getattr(loader.batch_sampler, 'batch_sampler', loader.batch_sampler)
+    if hasattr(inner, '_aspect_ratio_buckets'):
+        # mmdet's AspectRatioBatchSampler keeps its buckets on the instance; that iterator left
+        # a full one behind (suspended at its yield), which the next iterator would overfill --
+        # it then never yields, since it tests len(bucket) == batch_size.
+        inner._aspect_ratio_buckets = [[] for _ in inner._aspect_ratio_buckets]
+    if batches is not None:
+        batches.skip_next(skip)
+    iterator._epoch = epoch
+    iterator._iterator = iter(loader)
+
+
+def discard_dataloader_iterator(loader: Any) -> None:
+    """Shut down a DataLoader's persistent workers (torch's ``DataLoader._iterator``), if any,
+    so that the next ``iter(loader)`` starts workers with the loader's current dataset."""
+    iterator = getattr(loader, '_iterator', None)
+    if iterator is not None and hasattr(iterator, '_shutdown_workers'):
+        iterator._shutdown_workers()
+    loader._iterator = None
 
 
 # ---- mmengine datasets and data preprocessors -----------------------------------------------

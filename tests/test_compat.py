@@ -18,6 +18,7 @@ import mmengine
 import numpy as np
 import pytest
 import torch
+from mmdet.datasets.samplers import AspectRatioBatchSampler
 from mmdet.datasets.transforms import LoadAnnotations, RandomFlip, Resize
 from mmdet.structures.bbox import HorizontalBoxes
 from mmdet.structures.mask import BitmapMasks
@@ -25,6 +26,8 @@ from mmengine.dataset import BaseDataset
 from mmengine.model import BaseModel, ImgDataPreprocessor
 from mmengine.runner import BaseLoop, Runner
 from mmengine.runner.checkpoint import CheckpointLoader
+from mmengine.runner.loops import _InfiniteDataloaderIterator
+from torch.utils.data import DataLoader, SequentialSampler
 
 from mmdet_ext import _compat
 from mmdet_ext.structures import LazyInstanceMasks
@@ -127,6 +130,10 @@ def test_private_attribute_exists_on_a_real_object(name: str, make_runner) -> No
         'mmengine.runner.checkpoint.CheckpointLoader': lambda: CheckpointLoader,
         'mmengine.dataset.BaseDataset': lambda: BaseDataset(ann_file='', lazy_init=True),
         'mmengine.model.ImgDataPreprocessor': ImgDataPreprocessor,
+        'mmdet.datasets.samplers.AspectRatioBatchSampler':
+            lambda: AspectRatioBatchSampler(SequentialSampler([0]), 1),
+        'mmengine.runner.loops._InfiniteDataloaderIterator':
+            lambda: _InfiniteDataloaderIterator(DataLoader([0])),
     }
     assert hasattr(instances[owner](), attr), changed(
         name, 'no longer exists', _compat.PRIVATE_ATTRIBUTES[name])

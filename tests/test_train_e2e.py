@@ -20,6 +20,9 @@ def test_train_evaluate_checkpoint_and_resume(toy_coco_root, tmp_path, train_toy
     metrics = [row for row in _scalars(work_dir) if 'coco/bbox_mAP' in row]
     assert len(metrics) == 1 and 'coco/segm_mAP' in metrics[0]
     assert (work_dir / 'last_checkpoint').read_text().strip().endswith('epoch_2.pth')
+    # Train and val workers (persistent) and the main process each kept an in-flight record
+    # while loading; a run that ends normally deletes them all (InflightCleanupHook).
+    assert not list(work_dir.rglob('inflight_*.txt'))
 
     log = train_toy(toy_coco_root, work_dir, 3, '--resume')
     assert f'resumed epoch: 2, iter: {2 * iters_per_epoch}' in log

@@ -16,6 +16,12 @@ custom_hooks = [
     # DataLoader workers: at most the usable CPUs per rank, OpenCV threads off inside them, a
     # timeout so a stuck worker raises, pin_memory when CUDA is there.
     dict(type='WorkerDefaultsHook', timeout=120),
+    # inflight_<pid>.txt (the sample each loading process is on) deleted when the run ends
+    # normally; kept after a death or hang, where they name the sample.
+    dict(type='InflightCleanupHook'),
+    # SIGTERM / SIGUSR1 (preemption): finish the iteration, save iter_N.pth on all ranks, exit
+    # 75; --resume continues at the next batch (docs/hangs_and_resume.md).
+    dict(type='SignalCheckpointHook'),
 ]
 
 default_hooks = dict(

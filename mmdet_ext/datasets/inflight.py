@@ -5,7 +5,11 @@ Why: a DataLoader worker killed by a segfault in a decoder or by the OOM killer 
 so no file name. Each process keeps ``inflight_<pid>.txt`` (one fixed-size record rewritten in
 place with ``pwrite``: no open/close per sample) saying what it is loading; ``dead_worker_samples``
 turns the pids in such an error message into the samples they were on.
+
+The records are evidence, not output: ``InflightCleanupHook`` deletes them when the run ends
+normally (``remove_inflight_records``), so only a run that died or hung leaves them behind.
 """
+import glob
 import os
 import os.path as osp
 import re
@@ -47,6 +51,18 @@ class InflightRecord:
 
     def end(self) -> None:
         self._write('idle')
+
+
+def remove_inflight_records(directory: str) -> list[str]:
+    """Delete every ``inflight_<pid>.txt`` under ``directory``; return the paths deleted."""
+    removed = []
+    for path in sorted(glob.glob(osp.join(glob.escape(directory), 'inflight_*.txt'))):
+        try:
+            os.remove(path)
+            removed.append(path)
+        except FileNotFoundError:  # another rank sharing the directory was first
+            pass
+    return removed
 
 
 def dead_worker_samples(message: str, directory: str) -> list[str]:

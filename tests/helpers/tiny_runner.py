@@ -28,7 +28,8 @@ class TinyFlipDataset(Dataset):
 
     metainfo = dict(classes=('negative', 'positive'))
 
-    def __init__(self, length: int = 16) -> None:
+    def __init__(self, length: int = 16, loads_file: Optional[str] = None) -> None:
+        self.loads_file = loads_file  # if set, one line per sample loaded (any process)
         rng = np.random.default_rng(0)
         self.images = rng.standard_normal((length, 2, 4, 4)).astype(np.float32)
         self.labels = (rng.random(length) > 0.5).astype(np.float32)
@@ -37,6 +38,9 @@ class TinyFlipDataset(Dataset):
         return len(self.images)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if self.loads_file is not None:
+            with open(self.loads_file, 'a') as f:
+                f.write(f'{index}\n')
         image = self.images[index]
         if np.random.rand() < 0.5:
             image = image[:, :, ::-1]

@@ -1,15 +1,53 @@
-"""Hook that carries RNG and sampler state through checkpoints so a resumed run repeats itself."""
+"""Hook that carries RNG state and the data position through checkpoints, so a resumed run
+repeats itself -- also from a checkpoint saved in the middle of an epoch."""
 from typing import Any, Optional
 
 from mmengine.dist import all_gather_object
-from mmengine.hooks import Hook
+from mmengine.hooks import CheckpointHook, Hook
 from mmengine.runner import IterBasedTrainLoop
 
-from ..._compat import runner_resume_requested
+from ..._compat import infinite_iterator_epoch, restart_infinite_iterator, runner_resume_requested
+from ...datasets.sample_seeds import (ResumableBatchSampler, index_sampler,
+                                      install_resumable_loading)
 from ...registry import HOOKS
 from ..rng_state import capture_rng_state, restore_rng_state
 
 CHECKPOINT_KEY = 'mmdet_ext_resume_state'
+
+
+class PrepaidIterator:
+    """Answers the first ``prepaid`` ``next()`` calls with None, then is ``iterator``.
+
+    Why: ``IterBasedTrainLoop.run`` calls ``next(dataloader_iterator)`` once per iteration
+    already done, loading and throwing away every one of those batches; the DataLoader here
+    already starts at the right batch, so those calls must cost nothing.
+    """
+
+    def __init__(self, iterator: Any, prepaid: int) -> None:
+        self.iterator = iterator
+        self.prepaid = prepaid
+
+    def __iter__(self) -> 'PrepaidIterator':
+        return self
+
+    def __next__(self) -> Any:
+        if self.prepaid > 0:
+            self.prepaid -= 1
+            return None
+        return next(self.iterator)
+
+    @property
+    def data_epoch(self) -> int:
+        return infinite_iterator_epoch(self.iterator)
+
+
+def saves_after_this_iter(hook: Hook, runner) -> bool:
+    """Whether ``hook``, a by-iteration ``CheckpointHook``, saves in this ``after_train_iter``
+    (the test ``CheckpointHook.after_train_iter`` makes)."""
+    if not isinstance(hook, CheckpointHook) or hook.by_epoch:
+        return False
+    return hook.every_n_train_iters(runner, hook.interval, hook.save_begin) or (
+        hook.save_last and hook.is_last_train_iter(runner))
 
 
 @HOOKS.register_module()
@@ -18,42 +56,80 @@ class ExactResumeHook(Hook):
 
     mmengine already restores iteration/epoch, optimizer (incl. the AMP loss scaler, which
     ``AmpOptimWrapper.state_dict`` carries), schedulers and the message hub. What it drops is the
-    state of the random number generators (python, numpy, torch, CUDA) and the sampler seed
-    (``DefaultSampler(seed=None)`` draws a fresh one each run), so dropout and data augmentation
-    continue differently. This hook
+    state of the random number generators (python, numpy, torch, CUDA), the sampler seed
+    (``DefaultSampler(seed=None)`` draws a fresh one each run) and where in the epoch the data
+    was. This hook
 
+    * seeds every training sample's augmentation from its place in the run (sampler seed,
+      epoch, rank, batch, slot), not from per-worker RNG streams
+      (``datasets/sample_seeds.py``), so the data does not depend on the worker count or on
+      ``persistent_workers``;
     * snapshots every rank's RNG state at the end of each training epoch (iteration-based loops:
-      each iteration) -- before ``CheckpointHook`` saves -- and gathers them onto rank 0;
-    * writes the snapshots and the sampler seed into the checkpoint (``before_save_checkpoint``);
-    * restores the snapshot after validation, so validation never shifts the training streams
-      (that is what makes "validate, save, continue" equal "load, continue");
+      each iteration), after iterations a by-iteration ``CheckpointHook`` saves, and when
+      ``SignalCheckpointHook`` is about to save, gathered onto rank 0; counts the batches
+      consumed in the current data epoch;
+    * writes snapshots, sampler seed and data position into the checkpoint;
+    * restores the snapshot after validation, so validation never shifts the training streams;
     * on resume only (``after_load_checkpoint`` also fires for ``load_from``; it checks the
-      Runner's ``resume``), restores the sampler seed and each rank's own RNG in ``before_train``.
+      Runner's ``resume``), restores the sampler seed, each rank's own RNG and the data position
+      in ``before_train``: the DataLoader starts at the next batch of the interrupted epoch,
+      the batches before it are skipped as indices, never loaded (epoch-based loops: instead of
+      restarting the epoch; iteration-based loops: instead of replaying them through the
+      pipeline).
 
-    Exact: epoch-based loops (the mmdet default) with ``num_workers=0`` or non-persistent workers
-    (mmengine re-seeds workers from the seed each epoch), on the same world size.
-    Not exact: ``persistent_workers=True`` (worker RNG lives in the workers, not in the
-    checkpoint); iteration-based loops with ``num_workers=0``, because mmengine's
-    ``IterBasedTrainLoop`` replays the skipped batches through the transforms in the main process
-    after ``before_train``; resuming a checkpoint saved mid-epoch by an epoch-based loop
-    (mmengine restarts that epoch); GPU kernels that are nondeterministic anyway. In distributed
-    iteration-based runs the snapshot costs one small all-gather per iteration.
+    Exact on the same world size, batch size and dataset, for ``EpochBasedTrainLoop`` and
+    ``IterBasedTrainLoop``, any ``num_workers``, persistent or not, end-of-epoch or mid-epoch
+    checkpoints. Not exact: GPU kernels that are nondeterministic anyway; a different world
+    size (warned); a checkpoint saved without this hook (warned: it falls back to mmengine's
+    behaviour); in distributed runs, a mid-epoch checkpoint saved by some other hook (warned).
+    In the partial epoch after a mid-epoch resume, ``batch_idx`` (what LoggerHook shows as
+    ``[i/N]``) counts the remaining batches only. In distributed runs the snapshot
+    costs one small all-gather per iteration-based iteration and per checkpoint.
     """
 
-    priority = 'VERY_HIGH'  # snapshot before CheckpointHook (VERY_LOW) saves
+    priority = 'VERY_HIGH'  # snapshot and count before CheckpointHook (VERY_LOW) saves
 
     def __init__(self) -> None:
         self._own_snapshot: Optional[dict[str, Any]] = None
         self._all_snapshots: Optional[list[dict[str, Any]]] = None
+        self._snapshot_fresh = False
         self._to_restore: Optional[dict[str, Any]] = None
+        self._batches: Optional[ResumableBatchSampler] = None
+        self._position = [0, 0]  # [data epoch, batches consumed in it]
+        self._resume_skip = 0
 
     def _snapshot(self) -> None:
         self._own_snapshot = capture_rng_state()
         self._all_snapshots = all_gather_object(self._own_snapshot)
+        self._snapshot_fresh = True
+
+    def before_train_epoch(self, runner) -> None:
+        if not isinstance(runner.train_loop, IterBasedTrainLoop):
+            self._position = [runner.epoch, self._resume_skip]
+            self._resume_skip = 0
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        self._snapshot_fresh = False
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        if isinstance(runner.train_loop, IterBasedTrainLoop):
+        self._batches.skip_next(0)  # the resumed epoch's iterators exist: the skip is spent
+        loop = runner.train_loop
+        if isinstance(loop, IterBasedTrainLoop):
+            iterator = loop.dataloader_iterator
+            epoch = iterator.data_epoch if isinstance(iterator, PrepaidIterator) \
+                else infinite_iterator_epoch(iterator)
+            self._position = [epoch, 1] if epoch != self._position[0] \
+                else [epoch, self._position[1] + 1]
             self._snapshot()
+        else:
+            self._position[1] += 1
+            if any(saves_after_this_iter(hook, runner) for hook in runner.hooks):
+                self._snapshot()
+
+    def snapshot_for_save(self) -> None:
+        """Snapshot every rank's RNG now, for a checkpoint saved next (call it on all ranks:
+        ``runner.save_checkpoint`` runs on rank 0 only, where no collective can be started)."""
+        self._snapshot()
 
     def after_train_epoch(self, runner) -> None:
         if not isinstance(runner.train_loop, IterBasedTrainLoop):
@@ -64,9 +140,19 @@ class ExactResumeHook(Hook):
             restore_rng_state(self._own_snapshot)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        if not self._snapshot_fresh:
+            if runner.world_size == 1:
+                self._snapshot()
+            else:
+                runner.logger.warning(
+                    'ExactResumeHook: a checkpoint saved in the middle of an epoch by a hook '
+                    'this hook does not know; it carries the RNG state of the last epoch end, '
+                    'so resuming from it will not repeat the run exactly.')
         rng = self._all_snapshots or [capture_rng_state()]
-        sampler = runner.train_dataloader.sampler
-        checkpoint[CHECKPOINT_KEY] = dict(rng=rng, sampler_seed=getattr(sampler, 'seed', None))
+        sampler = index_sampler(runner.train_dataloader)
+        checkpoint[CHECKPOINT_KEY] = dict(
+            rng=rng, sampler_seed=getattr(sampler, 'seed', None),
+            position=dict(epoch=self._position[0], batches=self._position[1]))
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         if not runner_resume_requested(runner):
@@ -78,15 +164,46 @@ class ExactResumeHook(Hook):
                                   'the uninterrupted one exactly.')
 
     def before_train(self, runner) -> None:
-        if self._to_restore is None:
-            return
         state, self._to_restore = self._to_restore, None
-        sampler = runner.train_dataloader.sampler
-        if state['sampler_seed'] is not None and hasattr(sampler, 'seed'):
+        loop = runner.train_loop
+        sampler = index_sampler(loop.dataloader)
+        if state is not None and state['sampler_seed'] is not None and hasattr(sampler, 'seed'):
             sampler.seed = state['sampler_seed']
+        seed = getattr(sampler, 'seed', None)
+        self._batches = install_resumable_loading(
+            loop.dataloader, seed if seed is not None else (runner.seed or 0), runner.rank)
+        position = (state or {}).get('position')
+        if isinstance(loop, IterBasedTrainLoop):
+            self._start_iter_loop(runner, loop, position, resumed=state is not None)
+        elif position is not None and position['epoch'] == loop.epoch:
+            self._resume_skip = position['batches']
+            # DistSamplerSeedHook sets the sampler's epoch only in before_train_epoch.
+            if hasattr(sampler, 'set_epoch'):
+                sampler.set_epoch(loop.epoch)
+            self._batches.skip_next(position['batches'])
+            runner.logger.info(f'ExactResumeHook: epoch {loop.epoch + 1} continues at batch '
+                               f'{position["batches"] + 1}; the batches before it are skipped '
+                               'without loading them')
+        if state is None:
+            return
         rng = state['rng']
         if len(rng) != runner.world_size:
             runner.logger.warning(f'ExactResumeHook: checkpoint has RNG state for {len(rng)} '
                                   f'ranks, this run has {runner.world_size}; every rank takes '
                                   'rank 0\'s, so the run will not repeat exactly.')
         restore_rng_state(rng[runner.rank] if len(rng) == runner.world_size else rng[0])
+
+    def _start_iter_loop(self, runner, loop: IterBasedTrainLoop, position: Optional[dict],
+                         resumed: bool) -> None:
+        if resumed and position is None and loop.iter > 0:
+            # An old checkpoint: no position, so mmengine's replay is the only way to continue.
+            restart_infinite_iterator(loop.dataloader_iterator, 0)
+            return
+        epoch, batches = (position['epoch'], position['batches']) if position else (0, 0)
+        self._position = [epoch, batches]
+        restart_infinite_iterator(loop.dataloader_iterator, epoch, self._batches, batches)
+        if loop.iter > 0:
+            loop.dataloader_iterator = PrepaidIterator(loop.dataloader_iterator, loop.iter)
+            runner.logger.info(f'ExactResumeHook: data continues at batch {batches + 1} of data '
+                               f'epoch {epoch}; mmengine\'s replay of {loop.iter} batches is '
+                               'answered without loading them')

@@ -1,0 +1,171 @@
+"""Per-sample random seeds and a batch order that can start in the middle of an epoch.
+
+Why: a resumed run repeats the uninterrupted one only if every sample is augmented with the same
+random draws and the data continues at the exact next batch. Stock mmengine gets neither in the
+middle of an epoch: augmentation draws from per-worker RNG streams (seeded once per worker start,
+so they depend on the worker count and, with ``persistent_workers=True``, on everything the
+worker loaded before), an epoch-based loop restarts the epoch, and an iteration-based loop
+replays every skipped batch through the pipeline.
+
+Design:
+
+* ``ResumableBatchSampler`` wraps the DataLoader's batch sampler. It hands out
+  ``SeededKey(index, seed)`` instead of bare indices; the seed is a hash of
+  (sampler seed, sampler epoch, rank, batch position in the epoch, slot in the batch), so it
+  does not depend on which process loads the sample or what that process loaded before.
+  ``skip_next(n)`` makes the next epoch start at batch ``n``: the first ``n`` batches are drawn
+  from the wrapped batch sampler (indices only, nothing is loaded) and dropped. Drawing them,
+  rather than slicing the index list, keeps every batch sampler exact, mmdet's
+  ``AspectRatioBatchSampler`` (which regroups indices by aspect ratio) included.
+* ``PerSampleSeedDataset`` wraps the dataset: for a ``SeededKey`` it seeds python ``random``,
+  numpy's global RNG and torch's CPU RNG from the key's seed, loads the sample, and puts the
+  previous RNG states back (with ``num_workers=0`` the main process's streams -- dropout, the
+  model -- stay untouched). Plain indices (val, test, other users) pass through unchanged.
+* ``install_resumable_loading`` puts both into a built DataLoader before its first iteration.
+"""
+import contextlib
+import random
+from typing import Any, Iterator, NamedTuple, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .._compat import discard_dataloader_iterator
+
+
+class SeededKey(NamedTuple):
+    """What ``ResumableBatchSampler`` yields per sample: dataset index and augmentation seed."""
+    index: int
+    seed: int
+
+
+def sample_seed(seed: int, epoch: int, rank: int, batch: int, slot: int) -> int:
+    """A 32-bit seed for one sample, from where it is in the run (all arguments >= 0)."""
+    return int(np.random.SeedSequence([seed, epoch, rank, batch, slot]).generate_state(1)[0])
+
+
+@contextlib.contextmanager
+def seeded_rngs(seed: int) -> Iterator[None]:
+    """Seed python ``random``, numpy's global RNG and torch's CPU RNG; restore them afterwards."""
+    python, numpy, torch_cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)
+        torch.set_rng_state(torch_cpu)
+
+
+class PerSampleSeedDataset(Dataset):
+    """``dataset`` whose samples asked for by ``SeededKey`` are loaded under their own seed.
+
+    Every other attribute (``metainfo``, ``get_data_info``, ...) is the wrapped dataset's.
+    """
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __getattr__(self, name: str) -> Any:
+        if name == 'dataset':  # not set yet (unpickling in a worker): no recursion
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: Any) -> Any:
+        if not isinstance(key, SeededKey):
+            return self.dataset[key]
+        with seeded_rngs(key.seed):
+            return self.dataset[key.index]
+
+
+class ResumableBatchSampler:
+    """Batches of ``SeededKey`` from ``batch_sampler``; an epoch can start at any batch.
+
+    Args:
+        batch_sampler: the DataLoader's batch sampler (its ``sampler`` drives the epochs).
+        seed: the run's sampler seed (the same on every rank).
+        rank: this process's rank.
+    """
+
+    def __init__(self, batch_sampler: Any, seed: int, rank: int) -> None:
+        self.batch_sampler = batch_sampler
+        self.seed = seed
+        self.rank = rank
+        self._pending_skip = 0
+        self._pending_epoch = 0
+        self._skipped = 0  # batches dropped at the start of the current epoch
+
+    @property
+    def sampler(self) -> Any:
+        return self.batch_sampler.sampler
+
+    @property
+    def batch_size(self) -> Optional[int]:
+        return getattr(self.batch_sampler, 'batch_size', None)
+
+    def skip_next(self, batches: int) -> None:
+        """Start the epoch the sampler is in now at batch ``batches`` (nothing before it loads).
+
+        The skip holds for every iterator made in that epoch -- torch makes two when it starts
+        workers -- until ``skip_next(0)`` (after the first batch) or the sampler's epoch moves on.
+        """
+        self._pending_skip = batches
+        self._pending_epoch = getattr(self.sampler, 'epoch', 0)
+
+    def __len__(self) -> int:
+        return max(len(self.batch_sampler) - self._skipped, 0)
+
+    def __iter__(self) -> Iterator[list[SeededKey]]:
+        # Not a generator itself: the skip is taken when the epoch's iterator is made, so
+        # __len__ tells the loop how many batches this (possibly partial) epoch has.
+        epoch = getattr(self.sampler, 'epoch', 0)
+        self._skipped = self._pending_skip if epoch == self._pending_epoch else 0
+        return self._batches(self._skipped, epoch)
+
+    def _batches(self, skip: int, epoch: int) -> Iterator[list[SeededKey]]:
+        for position, batch in enumerate(self.batch_sampler):
+            if position < skip:
+                continue
+            yield [SeededKey(index, sample_seed(self.seed, epoch, self.rank, position, slot))
+                   for slot, index in enumerate(batch)]
+
+
+def index_sampler(loader: DataLoader) -> Any:
+    """The sampler that orders ``loader``'s samples: its batch sampler's, when it has one.
+
+    With ``batch_sampler=`` (mmdet's ``AspectRatioBatchSampler``), ``loader.sampler`` is a
+    ``SequentialSampler`` torch made up, and the configured one is ``batch_sampler.sampler``.
+    """
+    batches = loader.batch_sampler
+    return getattr(batches, 'sampler', None) or loader.sampler
+
+
+def install_resumable_loading(loader: DataLoader, seed: int, rank: int) -> ResumableBatchSampler:
+    """Give ``loader`` a ``ResumableBatchSampler`` and a ``PerSampleSeedDataset`` (idempotent).
+
+    A DataLoader refuses new ``batch_sampler``/``dataset`` attributes once built, to keep them
+    consistent with ``batch_size`` and ``sampler``; the wrappers keep both, so they are set
+    directly. Workers started earlier (persistent ones) hold the old dataset: they are shut
+    down, and the next iteration starts new ones. The loader gets a ``generator`` of its own
+    (if it has none): torch draws a base seed for workers from it each time an iterator is
+    made, which would otherwise take a number from the global torch RNG -- once per epoch, or
+    once per run with persistent workers -- and shift dropout and everything else after it.
+    """
+    if isinstance(loader.batch_sampler, ResumableBatchSampler):
+        return loader.batch_sampler
+    if loader.batch_sampler is None:
+        raise ValueError('mid-epoch exact resume needs a DataLoader that batches '
+                         '(batch_size or batch_sampler set), got batch_size=None')
+    discard_dataloader_iterator(loader)
+    if loader.generator is None:
+        loader.generator = torch.Generator().manual_seed(seed)
+    batches = ResumableBatchSampler(loader.batch_sampler, seed, rank)
+    object.__setattr__(loader, 'batch_sampler', batches)
+    object.__setattr__(loader, 'dataset', PerSampleSeedDataset(loader.dataset))
+    return batches
