@@ -173,3 +173,28 @@ def test_skip_draws_aspect_ratio_batches_exactly(toy_coco_root):
     assert len(batches) == len(batches.batch_sampler) - 2
     batches.skip_next(0)
     assert list(batches) == full
+
+
+def test_assignments_to_the_wrapped_dataset_reach_the_dataset(toy_coco_root):
+    """mmdet's PipelineSwitchHook assigns ``train_dataloader.dataset.pipeline`` (RTMDet's second
+    stage): through the per-sample-seed wrapper it must reach the dataset the workers load."""
+    from mmcv.transforms import Compose
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+
+    from mmdet_ext.datasets.sample_seeds import install_resumable_loading
+    init_default_scope('mmdet')
+    cfg = Config.fromfile(str(REPO / 'configs/_base_/datasets/toy_coco_instance.py'))
+    loader_cfg = cfg.train_dataloader.to_dict()
+    loader_cfg['dataset']['data_root'] = f'{toy_coco_root}/'
+    loader_cfg.update(batch_size=2, num_workers=0, persistent_workers=False, timeout=0)
+    loader = Runner.build_dataloader(loader_cfg, seed=5)
+    inner = loader.dataset
+    install_resumable_loading(loader, seed=5, rank=0)
+    assert loader.dataset is not inner
+    switched = Compose([dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=False),
+                        dict(type='PackDetInputs')])
+    loader.dataset.pipeline = switched
+    assert inner.pipeline is switched
+    batch = next(iter(loader))
+    assert 'gt_masks' not in batch['data_samples'][0].gt_instances

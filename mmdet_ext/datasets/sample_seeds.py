@@ -63,16 +63,24 @@ def seeded_rngs(seed: int) -> Iterator[None]:
 class PerSampleSeedDataset(Dataset):
     """``dataset`` whose samples asked for by ``SeededKey`` are loaded under their own seed.
 
-    Every other attribute (``metainfo``, ``get_data_info``, ...) is the wrapped dataset's.
+    Every other attribute (``metainfo``, ``get_data_info``, ...) is the wrapped dataset's, read
+    and written: mmdet's ``PipelineSwitchHook`` assigns ``train_dataloader.dataset.pipeline``,
+    and that must reach the dataset the workers load from.
     """
 
     def __init__(self, dataset: Dataset) -> None:
-        self.dataset = dataset
+        object.__setattr__(self, 'dataset', dataset)
 
     def __getattr__(self, name: str) -> Any:
         if name == 'dataset':  # not set yet (unpickling in a worker): no recursion
             raise AttributeError(name)
         return getattr(self.dataset, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == 'dataset':
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.dataset, name, value)
 
     def __len__(self) -> int:
         return len(self.dataset)
