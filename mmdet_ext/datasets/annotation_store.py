@@ -45,7 +45,7 @@ import os.path as osp
 import re
 import weakref
 from contextlib import contextmanager, suppress
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 import torch
@@ -53,9 +53,10 @@ from mmengine import fileio
 from mmengine.logging import print_log
 
 from .._native import _C
-from .coco_store_layout import LAYOUT_VERSION, coco_to_sections
-from ..io import file_state, read_regular_file
-from .validation import parse_coco_json, validate_coco
+from .coco_columns import CocoColumns, native_reader_available, read_columns, validate_columns
+from .coco_store_layout import LAYOUT_VERSION, coco_to_columns, columns_to_sections
+from ..io import file_state, open_regular_file
+from .validation import AnnotationFileError, parse_coco_json
 
 StoreError = _C.StoreError
 STORE_SUFFIX = '.mdxstore'
@@ -67,6 +68,10 @@ MISSING_EXAMPLE = 'missing_image_example'  # one missing path, bytes
 PROBLEMS_SUFFIX = '.problems.jsonl'
 # Only where the folder itself cannot be locked (NFS); removed by its holder before it lets go.
 FOLDER_LOCK_NAME = '.mdxstore.lock'
+# Which json reader builds stores: 'native' (rapidjson streaming, the default where the build has
+# it) or 'python' (json.loads, the reference; also what a build without rapidjson uses).
+JSON_READER_ENV = 'MMDET_EXT_JSON_READER'
+HASH_CHUNK = 8 << 20
 
 
 class AnnotationStore:
@@ -127,6 +132,11 @@ class AnnotationStore:
 
     def text(self, bytes_name: str, start: int, end: int) -> str:
         return self.arrays[bytes_name][start:end].tobytes().decode()
+
+    def file_name(self, row: int) -> str:
+        """``file_name`` of image ``row``."""
+        offsets = self.arrays['file_name_offsets']
+        return self.text('file_name_bytes', int(offsets[row]), int(offsets[row + 1]))
 
 
 def write_store(path: str, sections: dict[str, np.ndarray], key: bytes) -> None:
@@ -321,12 +331,47 @@ def _validation_sections(report) -> dict[str, np.ndarray]:
     }
 
 
-def build_store(ann_bytes: bytes, store_path: str, key: bytes,
+def json_reader() -> str:
+    """'native' or 'python': which reader builds stores (``MMDET_EXT_JSON_READER`` decides)."""
+    wanted = os.environ.get(JSON_READER_ENV, '')
+    if wanted not in ('', 'native', 'python'):
+        raise ValueError(f'{JSON_READER_ENV}={wanted!r}; expected native or python')
+    if wanted == 'python' or not native_reader_available():
+        if wanted == 'native':
+            raise RuntimeError(f'{JSON_READER_ENV}=native but this build of mmdet_ext has no '
+                               'rapidjson (apt-get install rapidjson-dev, then rebuild)')
+        return 'python'
+    return 'native'
+
+
+def _read_native(source: Union[bytes, str], store_path: str, ann_file: str,
+                 record_starts: bool,
+                 progress: Optional[Callable[[int, int], None]]) -> CocoColumns:
+    """Columns of a json file, or of json bytes (written to a temporary file beside the store)."""
+    if isinstance(source, str):
+        return read_columns(source, record_starts, progress)
+    temporary = f'{store_path}.json.tmp.{os.getpid()}'
+    try:
+        with open(temporary, 'wb') as f:
+            f.write(source)
+        try:
+            return read_columns(temporary, record_starts, progress)
+        except AnnotationFileError as err:
+            raise AnnotationFileError(str(err).replace(temporary, ann_file)) from None
+    finally:
+        _delete(temporary)
+
+
+def build_store(source: Union[bytes, str], store_path: str, key: bytes,
                 progress: Optional[Callable[[int, int], None]] = None,
                 validation: Optional[dict] = None,
                 backend_args: Optional[dict] = None,
                 ann_file: Optional[str] = None) -> AnnotationStore:
-    """Parse a COCO json's bytes, validate it if asked, and write its store to ``store_path``.
+    """Read a COCO json (a local path, or its bytes), validate it if asked, and write its store.
+
+    The native reader (``json_reader()``) streams the file into columns and validates them
+    without per-record Python objects (``coco_columns``); the Python reader parses it with
+    ``json.loads``. Both give the same store and the same report.
 
     With ``validation``, problems found are written to ``<store_path>.problems.jsonl``; when none
     are, a report left by an earlier build of this store is deleted.
@@ -334,10 +379,18 @@ def build_store(ann_bytes: bytes, store_path: str, key: bytes,
     Raises:
         AnnotationFileError: the bytes are not a COCO json (the message names ``ann_file``).
     """
-    coco = parse_coco_json(ann_bytes, ann_file or store_path)
+    ann_file = ann_file or (source if isinstance(source, str) else store_path)
+    if json_reader() == 'native':
+        columns = _read_native(source, store_path, ann_file, validation is not None, progress)
+    else:
+        data = source if isinstance(source, bytes) else _read_bytes(source)
+        columns = coco_to_columns(parse_coco_json(data, ann_file), ann_file)
+        del data
+    keep_images = keep_anns = None
     extra: dict[str, np.ndarray] = {}
     if validation is not None:
-        coco, report = validate_coco(coco, backend_args=backend_args, **validation)
+        keep_images, keep_anns, report = validate_columns(columns, backend_args=backend_args,
+                                                          **validation)
         extra = _validation_sections(report)
         problems_path = store_path + PROBLEMS_SUFFIX
         if report.problems:
@@ -347,8 +400,28 @@ def build_store(ann_bytes: bytes, store_path: str, key: bytes,
         print_log(f'Annotation store {store_path}: {report.summary()}'
                   + (f'; details in {problems_path}' if report.problems else ''),
                   logger='current', level=30 if report.problems else 20)
-    write_store(store_path, {**coco_to_sections(coco, progress), **extra}, key)
+    sections = columns_to_sections(columns, keep_images, keep_anns)
+    del columns
+    write_store(store_path, {**sections, **extra}, key)
     return AnnotationStore(store_path)
+
+
+def _read_bytes(path: str) -> bytes:
+    with os.fdopen(open_regular_file(path), 'rb') as f:
+        return f.read()
+
+
+def _hash_file(path: str) -> tuple['hashlib._Hash', tuple[int, int]]:
+    """SHA-256 of a local regular file read in chunks (never all in memory), and its state.
+
+    Raises what ``open_regular_file`` raises for a missing file, a pipe, a device, a directory.
+    """
+    digest = hashlib.sha256()
+    with os.fdopen(open_regular_file(path), 'rb') as f:
+        st = os.fstat(f.fileno())
+        while chunk := f.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest, (st.st_size, st.st_mtime_ns)
 
 
 def open_store(ann_file: str, cache_dir: Optional[str] = None,
@@ -363,15 +436,18 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
         ann_file: a COCO instances json (any mmengine file backend).
         cache_dir: where to keep the store; default next to ``ann_file`` (else ~/.cache).
         backend_args: mmengine file backend arguments for reading ``ann_file``.
-        progress: called as ``progress(done, total)`` (annotations) while building.
+        progress: called as ``progress(done, total)`` while building: bytes of the json read
+            (native reader), or annotations stored (Python reader).
         validation: ``validate_coco`` keyword arguments (json-serializable), or None to store the
             json unchecked.
     """
+    source: Union[bytes, str]
     if '://' in ann_file or backend_args:
-        ann_bytes = fileio.get(ann_file, backend_args=backend_args)
-    else:  # never blocks on a pipe, never reads a device or a directory
-        ann_bytes, _ = read_regular_file(ann_file)
-    json_digest = hashlib.sha256(ann_bytes)
+        source = fileio.get(ann_file, backend_args=backend_args)
+        json_digest = hashlib.sha256(source)
+    else:  # never blocks on a pipe, never reads a device or a directory, never holds it all
+        source = ann_file
+        json_digest, state = _hash_file(ann_file)
     key_digest = json_digest.copy()
     args_hex = None
     if validation is not None:
@@ -384,7 +460,14 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
     with _folder_lock(directory):
         store = _open_cached(store_path, key)
         if store is None:
-            store = build_store(ann_bytes, store_path, key, progress, validation, backend_args,
+            store = build_store(source, store_path, key, progress, validation, backend_args,
                                 ann_file)
+            if isinstance(source, str) and file_state(ann_file) != state:
+                # The json was rewritten while it was hashed and read: the store may hold another
+                # version than its key says. Start over (the new contents get a new key).
+                del store
+                _delete(store_path)
+                raise StoreError(f'{ann_file} changed while its annotation store was being '
+                                 'built; open it again once it is written')
         _prune(directory, stem, json_digest.hexdigest())
     return store
