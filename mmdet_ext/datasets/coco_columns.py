@@ -100,6 +100,7 @@ def read_columns(path: str, record_starts: bool = False,
         raise AnnotationFileError(str(err)) from None
     cols = {name: tensor.numpy() for name, tensor in named}
     del named
+    cols['ann_bbox'] = cols['ann_bbox'].reshape(-1, 4)
     records = _Records(path)
     try:
         spans = {key: cols.pop(f'{key}_spans').reshape(-1, 3)
@@ -164,22 +165,20 @@ class _ImageLookup:
                 image = columns.irregular_images.get(index)
                 key = image.get('id') if image is not None else int(int_ids[index])
                 self.python.setdefault(key, index)
-        order = np.argsort(int_ids, kind='stable')
-        self.sorted_ids = int_ids[order]
-        self.sorted_rows = order
         is_int = np.ones(len(int_ids), dtype=bool)
         is_int[odd] = False
-        self.is_int = is_int
+        int_rows = np.flatnonzero(is_int)
+        # Stable sort: among equal ids the first row comes first, as image_of_id keeps the first.
+        self.sorted_rows = int_rows[np.argsort(int_ids[int_rows], kind='stable')]
+        self.sorted_ids = int_ids[self.sorted_rows]
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Vectorised lookup of int64 ids: first row with that id, -1 where none."""
-        valid = self.sorted_rows[self.is_int[self.sorted_rows]]
-        sorted_ids = self.sorted_ids[self.is_int[self.sorted_rows]]
-        pos = np.searchsorted(sorted_ids, ids, side='left')
-        pos = np.minimum(pos, max(len(sorted_ids) - 1, 0))
-        found = (len(sorted_ids) > 0) & (sorted_ids[pos] == ids) if len(sorted_ids) else \
-            np.zeros(len(ids), dtype=bool)
-        return np.where(found, valid[pos] if len(valid) else -1, -1)
+        if not len(self.sorted_ids):
+            return np.full(len(ids), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.sorted_ids, ids, side='left'),
+                         len(self.sorted_ids) - 1)
+        return np.where(self.sorted_ids[pos] == ids, self.sorted_rows[pos], -1)
 
     def row(self, value) -> int:
         """Row for any json value (Python equality), -1 where none."""
@@ -231,6 +230,8 @@ def _polygon_suspects(columns: CocoColumns, ann_rows: np.ndarray, img_h: np.ndar
     cols = columns.cols
     num_anns = columns.num_anns
     suspect = np.zeros(num_anns, dtype=bool)
+    if not len(img_h):
+        return suspect  # every annotation's image is unknown: all are suspects already
     part_len = cols['part_len'].astype(np.int64)
     num_parts = len(part_len)
     if not num_parts:
@@ -273,8 +274,9 @@ def _polygon_suspects(columns: CocoColumns, ann_rows: np.ndarray, img_h: np.ndar
     starts = _offsets(ann_npts)[:-1][has_pts]
     if len(starts):
         rows = ann_rows[has_pts]
-        height = np.where(rows >= 0, img_h[rows], 0).astype(np.float64)
-        width = np.where(rows >= 0, img_w[rows], 0).astype(np.float64)
+        safe = np.maximum(rows, 0)
+        height = np.where(rows >= 0, img_h[safe], 0).astype(np.float64)
+        width = np.where(rows >= 0, img_w[safe], 0).astype(np.float64)
         margin = 1e-6
         outside = ((np.maximum.reduceat(x, starts) <= margin)
                    | (np.maximum.reduceat(y, starts) <= margin)
@@ -291,6 +293,8 @@ def _annotation_suspects(columns: CocoColumns, rows: np.ndarray, category_ids: n
     """Regular annotations that may have a problem in ``_Checker.annotation`` (a superset)."""
     cols = columns.cols
     known = rows >= 0
+    if not len(img_h):
+        return np.zeros(len(rows), dtype=bool)  # every annotation's image is unknown
     safe_rows = np.where(known, rows, 0)
     height = img_h[safe_rows].astype(np.float64)
     width = img_w[safe_rows].astype(np.float64)

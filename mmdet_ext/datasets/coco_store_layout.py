@@ -33,7 +33,7 @@ LAYOUT_VERSION = 2
 # Sections stored as scaled integers where lossless (see the module doc).
 SCALED_SECTIONS = ('bbox', 'area', 'poly_coords')
 MAX_DECIMALS = 9
-_INT_TYPES = (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64)
+_INT_TYPES = (np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.int64)
 
 
 class _Blob:
