@@ -66,6 +66,29 @@ const char* type_name(char kind) {  // Python's name for a json value's type, as
   }
 }
 
+// Byte offset of the first byte that is not valid UTF-8 in data[0, size) as Python's strict
+// decoder sees it (no overlong forms, no surrogates, nothing past U+10FFFF), or -1. A character
+// cut off at the end of the range counts as valid.
+int64_t first_invalid_utf8(const uint8_t* data, int64_t size) {
+  int64_t i = 0;
+  while (i < size) {
+    const uint8_t c = data[i];
+    const int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
+    if (n < 0 || (n == 1 && c < 0xC2) || (n == 3 && c > 0xF4)) return i;
+    if (i + n >= size) return -1;
+    for (int k = 1; k <= n; ++k) {
+      if ((data[i + k] >> 6) != 2) return i;
+    }
+    const uint8_t d = n > 0 ? data[i + 1] : 0;
+    if ((c == 0xE0 && d < 0xA0) || (c == 0xED && d >= 0xA0) || (c == 0xF0 && d < 0x90) ||
+        (c == 0xF4 && d >= 0x90)) {
+      return i;  // overlong, surrogate, or beyond U+10FFFF
+    }
+    i += n + 1;
+  }
+  return -1;
+}
+
 enum Section { kOther = -1, kImages = 0, kAnnotations = 1, kCategories = 2 };
 const char* const kSectionNames[3] = {"images", "annotations", "categories"};
 
@@ -108,8 +131,11 @@ class Handler {
   bool String(const char* s, rapidjson::SizeType len, bool) {
     if (skip_depth_ > 0) return true;
     if (depth_ == 3 && field_ == kFileName && section_ == kImages) {
-      if (len == 0 || std::memchr(s, 0, len) != nullptr) {
-        irregular_ = true;  // Python names the problem
+      if (len == 0 || std::memchr(s, 0, len) != nullptr ||
+          first_invalid_utf8(reinterpret_cast<const uint8_t*>(s), len) >= 0) {
+        // Python names the problem (a "\\udcxx" escape reads as a lone surrogate, which
+        // rapidjson writes as bytes that are not UTF-8).
+        irregular_ = true;
       } else {
         name_.assign(s, len);
         have_name_ = true;
@@ -536,22 +562,6 @@ std::vector<std::pair<std::string, at::Tensor>> Handler::columns() {
   for (int k = 0; k < 3; ++k) ends.data_ptr<int64_t>()[k] = section_ends_[k];
   add("section_ends", ends);
   return out;
-}
-
-// Byte offset of the first byte that is not valid UTF-8 in data[0, size), or -1.
-int64_t first_invalid_utf8(const uint8_t* data, int64_t size) {
-  int64_t i = 0;
-  while (i < size) {
-    const uint8_t c = data[i];
-    int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
-    if (n < 0 || (n == 1 && c < 0xC2) || (n == 3 && c > 0xF4)) return i;
-    if (i + n >= size && n > 0) return i + n >= size ? -1 : i;  // cut off by the window
-    for (int k = 1; k <= n; ++k) {
-      if ((data[i + k] >> 6) != 2) return i;
-    }
-    i += n + 1;
-  }
-  return -1;
 }
 
 struct FileCloser {

@@ -109,11 +109,14 @@ def _round_trips(values: np.ndarray, decimals: int,
     scaled = np.rint(values * 10.0 ** decimals)
     if not np.isfinite(scaled).all() or np.abs(scaled).max() >= 2.0 ** 53:
         return scaled, False
-    decoded = scaled / 10.0 ** decimals
+    integers = scaled.astype(np.int64)
+    del scaled
+    # The check is the decoding itself, from the integers (-0.0 becomes 0 there, and fails).
+    decoded = integers.astype(np.float64) / 10.0 ** decimals
     bits = values.view(np.int64) if bits is None else bits
     if not np.array_equal(decoded.view(np.int64), bits.reshape(decoded.shape)):
-        return scaled, False
-    return scaled.astype(np.int64), True
+        return integers, False
+    return integers, True
 
 
 def decoded(store, name: str, index=slice(None)) -> np.ndarray:
@@ -166,6 +169,8 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
     name_lengths = cols['img_name_len'].copy()
     pieces, cursor = [], 0
     for index, image in sorted(columns.irregular_images.items()):
+        if not keep_images[index]:
+            continue  # left at its placeholders (and left out below)
         cols['img_id'][index] = image['id']
         cols['img_h'][index], cols['img_w'][index] = image['height'], image['width']
         data = image['file_name'].encode()
