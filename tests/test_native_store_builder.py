@@ -8,6 +8,7 @@ the file and the byte offset or key. Masks decoded from the compact store stay b
 pycocotools.
 """
 import json
+import os
 import subprocess
 import sys
 from dataclasses import asdict
@@ -276,3 +277,27 @@ def test_python_reader_fallback_builds_the_same_store(tmp_path, monkeypatch):
     for name in native.arrays:
         np.testing.assert_array_equal(native[name], python[name], err_msg=name)
     np.testing.assert_array_equal(decoded(python, 'bbox')[0], [1.5, 2.25, 10.0, 12.0])
+
+
+def test_cached_open_skips_hashing_only_while_the_json_is_unwritten(tmp_path, monkeypatch):
+    """A store records the json's identity (inode, size, mtime, ctime); an equal identity opens
+    it without hashing the json, any write (even same size, mtime set back) hashes and rebuilds."""
+    monkeypatch.setattr(annotation_store, 'IDENTITY_SETTLE_S', -1.0)  # record at once
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(_coco()))
+    first = open_store(str(path))
+    assert annotation_store.JSON_IDENTITY in first.arrays
+    real_hash = annotation_store._hash_file
+    monkeypatch.setattr(annotation_store, '_hash_file',
+                        lambda p: pytest.fail('hashed the json although it is unchanged'))
+    second = open_store(str(path))
+    assert second.path == first.path
+    stat = path.stat()
+    text = path.read_text().replace('"cat"', '"cow"')  # same size
+    path.write_text(text)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # mtime set back; ctime moves on
+    hashed = []
+    monkeypatch.setattr(annotation_store, '_hash_file', lambda p: hashed.append(p) or real_hash(p))
+    third = open_store(str(path))
+    assert hashed and third.path != first.path
+    assert third.text('category_name_bytes', 0, 3) == 'cow'

@@ -43,6 +43,7 @@ import json
 import os
 import os.path as osp
 import re
+import time
 import weakref
 from contextlib import contextmanager, suppress
 from typing import Callable, Iterator, Optional, Union
@@ -72,6 +73,9 @@ FOLDER_LOCK_NAME = '.mdxstore.lock'
 # it) or 'python' (json.loads, the reference; also what a build without rapidjson uses).
 JSON_READER_ENV = 'MMDET_EXT_JSON_READER'
 HASH_CHUNK = 8 << 20
+# The json's identity when its store was built (see _find_by_identity): int64 [5].
+JSON_IDENTITY = 'json_identity'
+IDENTITY_SETTLE_S = 2.0
 
 
 class AnnotationStore:
@@ -141,7 +145,8 @@ class AnnotationStore:
 
 def write_store(path: str, sections: dict[str, np.ndarray], key: bytes) -> None:
     """Atomically write ``sections`` (named 1-D/2-D arrays) to a store file."""
-    tensors = [(name, torch.from_numpy(np.ascontiguousarray(array)))
+    # np.require copies only what torch cannot wrap as is (read-only byte buffers, small).
+    tensors = [(name, torch.from_numpy(np.require(array, requirements=['C', 'W'])))
                for name, array in sections.items()]
     _C.write_store(path, tensors, key)
 
@@ -366,7 +371,8 @@ def build_store(source: Union[bytes, str], store_path: str, key: bytes,
                 progress: Optional[Callable[[int, int], None]] = None,
                 validation: Optional[dict] = None,
                 backend_args: Optional[dict] = None,
-                ann_file: Optional[str] = None) -> AnnotationStore:
+                ann_file: Optional[str] = None,
+                json_identity: Optional[tuple[int, ...]] = None) -> AnnotationStore:
     """Read a COCO json (a local path, or its bytes), validate it if asked, and write its store.
 
     The native reader (``json_reader()``) streams the file into columns and validates them
@@ -402,6 +408,8 @@ def build_store(source: Union[bytes, str], store_path: str, key: bytes,
                   logger='current', level=30 if report.problems else 20)
     sections = columns_to_sections(columns, keep_images, keep_anns)
     del columns
+    if json_identity is not None:
+        extra[JSON_IDENTITY] = np.array(json_identity, dtype=np.int64)
     write_store(store_path, {**sections, **extra}, key)
     return AnnotationStore(store_path)
 
@@ -411,17 +419,53 @@ def _read_bytes(path: str) -> bytes:
         return f.read()
 
 
-def _hash_file(path: str) -> tuple['hashlib._Hash', tuple[int, int]]:
-    """SHA-256 of a local regular file read in chunks (never all in memory), and its state.
+def _hash_file(path: str) -> tuple['hashlib._Hash', tuple[int, ...]]:
+    """SHA-256 of a local regular file read in chunks (never all in memory), and its identity.
 
     Raises what ``open_regular_file`` raises for a missing file, a pipe, a device, a directory.
     """
     digest = hashlib.sha256()
     with os.fdopen(open_regular_file(path), 'rb') as f:
-        st = os.fstat(f.fileno())
+        identity = _identity(os.fstat(f.fileno()))
         while chunk := f.read(HASH_CHUNK):
             digest.update(chunk)
-    return digest, (st.st_size, st.st_mtime_ns)
+    return digest, identity
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """What changes whenever a file's contents may have: device, inode, size, mtime, ctime.
+
+    ctime cannot be set back by the user (``touch -d`` and ``os.utime`` set it to now), so an
+    equal identity means an unwritten file; see ``_find_by_identity`` for the racy case.
+    """
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _find_by_identity(directory: str, stem: str, args_hex: Optional[str],
+                      identity: tuple[int, ...]) -> Optional[tuple[str, str]]:
+    """(path, json digest[:12]) of a store built from the json whose identity is ``identity``.
+
+    Why: hashing the json on every open costs 2 s per GB (more than everything else a cached open
+    does); a store records the json's identity (``JSON_IDENTITY``) when it was built, and an equal
+    identity now means the same bytes. Stores built while the json was written within the last
+    ``IDENTITY_SETTLE_S`` seconds record none (a write in the same timestamp tick could go unseen),
+    and the json is hashed as before.
+    """
+    args = '' if args_hex is None else f'-{args_hex[:8]}'
+    pattern = re.compile(rf'{re.escape(stem)}\.([0-9a-f]{{12}}){re.escape(args)}'
+                         rf'{re.escape(STORE_SUFFIX)}')
+    for name in os.listdir(directory):
+        match = pattern.fullmatch(name)
+        if match is None:
+            continue
+        path = osp.join(directory, name)
+        try:
+            recorded = AnnotationStore(path, verify=False).arrays.get(JSON_IDENTITY)
+        except StoreError:
+            continue
+        if recorded is not None and tuple(int(v) for v in recorded) == identity:
+            return path, match.group(1)
+    return None
 
 
 def open_store(ann_file: str, cache_dir: Optional[str] = None,
@@ -441,28 +485,47 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
         validation: ``validate_coco`` keyword arguments (json-serializable), or None to store the
             json unchecked.
     """
+    args_hex = None
+    if validation is not None:
+        args = json.dumps(validation, sort_keys=True).encode()
+        args_hex = hashlib.sha256(args).hexdigest()
+    directory, stem = _store_location(ann_file, cache_dir)
+    local = not ('://' in ann_file or backend_args)
+    try:
+        current = _identity(os.stat(ann_file)) if local else None
+    except OSError:
+        current = None  # _hash_file names the problem
+    if current is not None:  # a store recording the json's identity: no need to hash it again
+        with _folder_lock(directory):
+            found = _find_by_identity(directory, stem, args_hex, current)
+            if found is not None:
+                path, json_hex = found
+                store = _open_cached(path, AnnotationStore(path, verify=False).key)
+                if store is not None:
+                    _prune(directory, stem, json_hex)
+                    return store
     source: Union[bytes, str]
-    if '://' in ann_file or backend_args:
+    identity = None
+    if not local:
         source = fileio.get(ann_file, backend_args=backend_args)
         json_digest = hashlib.sha256(source)
     else:  # never blocks on a pipe, never reads a device or a directory, never holds it all
         source = ann_file
-        json_digest, state = _hash_file(ann_file)
+        json_digest, identity = _hash_file(ann_file)
     key_digest = json_digest.copy()
-    args_hex = None
     if validation is not None:
-        args = json.dumps(validation, sort_keys=True).encode()
         key_digest.update(args)
-        args_hex = hashlib.sha256(args).hexdigest()
     key = key_digest.digest()
-    directory, stem = _store_location(ann_file, cache_dir)
     store_path = osp.join(directory, _store_name(stem, json_digest.hexdigest(), args_hex))
+    record = None
+    if identity is not None and time.time_ns() - identity[4] > IDENTITY_SETTLE_S * 1e9:
+        record = identity
     with _folder_lock(directory):
         store = _open_cached(store_path, key)
         if store is None:
             store = build_store(source, store_path, key, progress, validation, backend_args,
-                                ann_file)
-            if isinstance(source, str) and file_state(ann_file) != state:
+                                ann_file, json_identity=record)
+            if identity is not None and _identity(os.stat(ann_file)) != identity:
                 # The json was rewritten while it was hashed and read: the store may hold another
                 # version than its key says. Start over (the new contents get a new key).
                 del store
