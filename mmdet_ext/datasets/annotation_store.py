@@ -524,7 +524,7 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
         store = _open_cached(store_path, key)
         if store is None:
             store = build_store(source, store_path, key, progress, validation, backend_args,
-                                ann_file, json_identity=record)
+                                ann_file, record)
             if identity is not None and _identity(os.stat(ann_file)) != identity:
                 # The json was rewritten while it was hashed and read: the store may hold another
                 # version than its key says. Start over (the new contents get a new key).
