@@ -4,6 +4,7 @@
 
 #ifdef MMDET_EXT_WITH_RAPIDJSON
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -127,7 +128,43 @@ class Handler {
     return integer(static_cast<int64_t>(u));
   }
   bool Double(double d) { Number n; n.is_double = true; n.d = d; return scalar('f', n); }
-  bool RawNumber(const char*, rapidjson::SizeType, bool) { return true; }  // not enabled
+  // Numbers arrive as their text (kParseNumbersAsStringsFlag): std::from_chars rounds correctly
+  // as Python's float() does, and is many times faster than rapidjson's full-precision path.
+  bool RawNumber(const char* s, rapidjson::SizeType len, bool) {
+    if (skip_depth_ > 0) return true;
+    const char* end = s + len;
+    bool is_integer = true;
+    for (const char* p = s; p < end; ++p) {
+      if (*p == '.' || *p == 'e' || *p == 'E' || *p == 'N' || *p == 'I') {
+        is_integer = false;
+        break;
+      }
+    }
+    if (is_integer) {
+      int64_t value = 0;
+      const auto [ptr, ec] = std::from_chars(s, end, value);
+      if (ec == std::errc() && ptr == end) return integer(value);
+      return scalar('I', Number());  // beyond int64: Python's int, irregular for the columns
+    }
+    double value = 0;
+    const bool minus = len > 0 && s[0] == '-';
+    const char* body = minus ? s + 1 : s;
+    if (body < end && *body == 'N') {
+      value = std::numeric_limits<double>::quiet_NaN();
+    } else if (body < end && *body == 'I') {
+      value = minus ? -std::numeric_limits<double>::infinity()
+                    : std::numeric_limits<double>::infinity();
+    } else {
+      const auto [ptr, ec] = std::from_chars(s, end, value);
+      if (ec == std::errc::result_out_of_range) {
+        // Overflow to +-inf, underflow to +-0, as Python's float() gives them.
+        value = std::strtod(std::string(s, len).c_str(), nullptr);
+      } else if (ec != std::errc() || ptr != end) {
+        return fail(c10::str("a number rapidjson accepted is not a number: ", std::string(s, len)));
+      }
+    }
+    return Double(value);
+  }
   bool String(const char* s, rapidjson::SizeType len, bool) {
     if (skip_depth_ > 0) return true;
     if (depth_ == 3 && field_ == kFileName && section_ == kImages) {
@@ -589,7 +626,8 @@ std::vector<std::pair<std::string, at::Tensor>> read_coco_json(const std::string
   rapidjson::FileReadStream stream(file.get(), buffer.data(), buffer.size());
   Handler handler(path, &stream, base, size, record_starts, progress);
   rapidjson::Reader reader;
-  constexpr unsigned kFlags = rapidjson::kParseIterativeFlag | rapidjson::kParseFullPrecisionFlag |
+  constexpr unsigned kFlags = rapidjson::kParseIterativeFlag |
+                              rapidjson::kParseNumbersAsStringsFlag |
                               rapidjson::kParseNanAndInfFlag |
                               rapidjson::kParseValidateEncodingFlag;
   const rapidjson::ParseResult result = reader.Parse<kFlags>(stream, handler);

@@ -33,6 +33,7 @@ LAYOUT_VERSION = 2
 # Sections stored as scaled integers where lossless (see the module doc).
 SCALED_SECTIONS = ('bbox', 'area', 'poly_coords')
 MAX_DECIMALS = 9
+SCALE_CHUNK = 1 << 22  # values encoded at a time
 _INT_TYPES = (np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.int64)
 
 
@@ -84,39 +85,46 @@ def encode_scaled(values: np.ndarray) -> tuple[np.ndarray, int]:
 
     Why bit-exact: masks rasterised from the stored polygons must stay identical to
     pycocotools' on the json's values, so "close" is not enough; the check is the decoding itself.
+    Works in chunks (a COCO-train json has 56M coordinates): no full-size temporaries.
     """
     values = np.ascontiguousarray(values, dtype=np.float64)
-    if not values.size:
+    flat = values.reshape(-1)
+    if not flat.size:
         return values, -1
-    bits = values.view(np.int64)
-    sample = values.ravel()[:100_000]
-    first = 0
-    while first <= MAX_DECIMALS:  # the sample tells where to start; the whole array decides
-        with np.errstate(invalid='ignore', over='ignore'):
-            if _round_trips(sample, first)[1]:
+    decimals, low, high = 0, 0, 0
+    for start in range(0, flat.size, SCALE_CHUNK):  # pass 1: the decimals and the range
+        chunk = flat[start:start + SCALE_CHUNK]
+        while True:
+            integers, ok = _round_trips(chunk, decimals)
+            if ok:
                 break
-        first += 1
-    for decimals in range(first, MAX_DECIMALS + 1):
-        with np.errstate(invalid='ignore', over='ignore'):
-            stored, ok = _round_trips(values, decimals, bits)
-        if ok:
-            return smallest_int(stored), decimals
-    return values, -1
+            if decimals == MAX_DECIMALS:
+                return values, -1
+            decimals += 1  # earlier chunks' integers scale by 10 (exactly, below 2^53)
+            low, high = low * 10, high * 10
+        low, high = min(low, int(integers.min())), max(high, int(integers.max()))
+    if max(abs(low), abs(high)) >= 2 ** 53:
+        return values, -1
+    out = np.empty(flat.size, dtype=smallest_int(np.array([low, high])).dtype)
+    for start in range(0, flat.size, SCALE_CHUNK):  # pass 2: at the final decimals, checked again
+        integers, ok = _round_trips(flat[start:start + SCALE_CHUNK], decimals)
+        if not ok:
+            return values, -1
+        out[start:start + len(integers)] = integers
+    return out.reshape(values.shape), decimals
 
 
-def _round_trips(values: np.ndarray, decimals: int,
-                 bits: Optional[np.ndarray] = None) -> tuple[np.ndarray, bool]:
-    scaled = np.rint(values * 10.0 ** decimals)
-    if not np.isfinite(scaled).all() or np.abs(scaled).max() >= 2.0 ** 53:
-        return scaled, False
+def _round_trips(values: np.ndarray, decimals: int) -> tuple[np.ndarray, bool]:
+    """(integers, whether float64(integers) / 10**decimals is ``values`` bit for bit)."""
+    with np.errstate(invalid='ignore', over='ignore'):
+        scaled = np.rint(values * 10.0 ** decimals)
+        if not np.isfinite(scaled).all() or np.abs(scaled).max() >= 2.0 ** 53:
+            return scaled, False
     integers = scaled.astype(np.int64)
     del scaled
     # The check is the decoding itself, from the integers (-0.0 becomes 0 there, and fails).
     decoded = integers.astype(np.float64) / 10.0 ** decimals
-    bits = values.view(np.int64) if bits is None else bits
-    if not np.array_equal(decoded.view(np.int64), bits.reshape(decoded.shape)):
-        return integers, False
-    return integers, True
+    return integers, np.array_equal(decoded.view(np.int64), values.view(np.int64))
 
 
 def decoded(store, name: str, index=slice(None)) -> np.ndarray:
