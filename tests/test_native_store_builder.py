@@ -301,3 +301,36 @@ def test_cached_open_skips_hashing_only_while_the_json_is_unwritten(tmp_path, mo
     third = open_store(str(path))
     assert hashed and third.path != first.path
     assert third.text('category_name_bytes', 0, 3) == 'cow'
+
+
+def test_a_process_waiting_for_a_builder_says_so(tmp_path):
+    """Two processes on one store folder: the second waits for the first and logs that it does."""
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(_coco()))
+    release = tmp_path / 'release'
+    holder = subprocess.Popen(
+        [sys.executable, '-c', 'import os, sys, time; sys.path.insert(0, sys.argv[1]); '
+         'from mmdet_ext.datasets.annotation_store import _folder_lock\n'
+         'with _folder_lock(sys.argv[2]):\n    print("held", flush=True)\n'
+         '    deadline = time.time() + 120\n'
+         '    while not os.path.exists(sys.argv[3]) and time.time() < deadline:\n'
+         '        time.sleep(0.05)', str(REPO), str(tmp_path), str(release)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == 'held'
+        # The waiter lets the holder go one second after it starts waiting for the lock.
+        waiter = subprocess.run(
+            [sys.executable, '-c', 'import sys, threading, time; sys.path.insert(0, sys.argv[1]); '
+             'from mmengine.logging import MMLogger; '  # as the Runner sets it up
+             'MMLogger.get_instance("waiter", log_level="INFO"); '
+             'from mmdet_ext.datasets import open_store; '
+             'threading.Timer(1.0, lambda: open(sys.argv[3], "w").close()).start(); '
+             'print(open_store(sys.argv[2]).num_instances)', str(REPO), str(path), str(release)],
+            capture_output=True, text=True, timeout=300)
+    finally:
+        release.touch()
+        holder.wait(60)
+    log = waiter.stdout + waiter.stderr
+    assert waiter.returncode == 0, log
+    assert 'Waiting for another process' in log and 'Done waiting' in log, log
+    assert waiter.stdout.strip().endswith('3')

@@ -43,8 +43,10 @@ import json
 import os
 import os.path as osp
 import re
+import stat
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from typing import Callable, Iterator, Optional, Union
 
@@ -76,6 +78,8 @@ HASH_CHUNK = 8 << 20
 # The json's identity when its store was built (see _find_by_identity): int64 [5].
 JSON_IDENTITY = 'json_identity'
 IDENTITY_SETTLE_S = 2.0
+LOCK_POLL_S = 0.05  # a waiter polls the folder lock (flock has no timeout)
+LOCK_NOTE_INTERVAL_S = 30.0
 
 
 class AnnotationStore:
@@ -202,7 +206,7 @@ def _folder_lock(directory: str) -> Iterator[None]:
     """
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _wait_for_lock(fd, directory)
     except OSError as err:
         os.close(fd)
         if err.errno not in (errno.EBADF, errno.EINVAL, errno.EOPNOTSUPP):
@@ -223,6 +227,32 @@ def _folder_lock(directory: str) -> Iterator[None]:
         os.close(fd)
 
 
+def _wait_for_lock(fd: int, what: str) -> None:
+    """Take an exclusive ``flock`` on ``fd``, saying so while another process holds it (a rank
+    building a large store can take a minute; a silent wait looks like a hang)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    start = time.monotonic()
+    next_note = start
+    while True:
+        now = time.monotonic()
+        if now >= next_note:
+            print_log(f'Waiting for another process (worker, rank or job) to finish checking or '
+                      f'building an annotation store in {what} ({now - start:.0f} s so far)',
+                      logger='current', level=20)
+            next_note = now + LOCK_NOTE_INTERVAL_S
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            print_log(f'Done waiting for {what} after {time.monotonic() - start:.1f} s',
+                      logger='current', level=20)
+            return
+        except BlockingIOError:
+            time.sleep(LOCK_POLL_S)
+
+
 def _lock_file(path: str) -> int:
     """A descriptor holding an exclusive ``flock`` on the file now at ``path`` (created if need be).
 
@@ -231,7 +261,7 @@ def _lock_file(path: str) -> int:
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _wait_for_lock(fd, path)
             if osp.samestat(os.fstat(fd), os.stat(path)):
                 return fd
         except FileNotFoundError:
@@ -367,13 +397,13 @@ def _read_native(source: Union[bytes, str], store_path: str, ann_file: str,
         _delete(temporary)
 
 
-def build_store(source: Union[bytes, str], store_path: str, key: bytes,
+def build_store(source: Union[bytes, str, CocoColumns], store_path: str, key: bytes,
                 progress: Optional[Callable[[int, int], None]] = None,
                 validation: Optional[dict] = None,
                 backend_args: Optional[dict] = None,
                 ann_file: Optional[str] = None,
                 json_identity: Optional[tuple[int, ...]] = None) -> AnnotationStore:
-    """Read a COCO json (a local path, or its bytes), validate it if asked, and write its store.
+    """Read a COCO json (a local path, its bytes, or its columns), validate it if asked, and write its store.
 
     The native reader (``json_reader()``) streams the file into columns and validates them
     without per-record Python objects (``coco_columns``); the Python reader parses it with
@@ -386,7 +416,9 @@ def build_store(source: Union[bytes, str], store_path: str, key: bytes,
         AnnotationFileError: the bytes are not a COCO json (the message names ``ann_file``).
     """
     ann_file = ann_file or (source if isinstance(source, str) else store_path)
-    if json_reader() == 'native':
+    if isinstance(source, CocoColumns):  # read already (open_store reads while it hashes)
+        columns = source
+    elif json_reader() == 'native':
         columns = _read_native(source, store_path, ann_file, validation is not None, progress)
     else:
         data = source if isinstance(source, bytes) else _read_bytes(source)
@@ -495,8 +527,8 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
         current = _identity(os.stat(ann_file)) if local else None
     except OSError:
         current = None  # _hash_file names the problem
-    if current is not None:  # a store recording the json's identity: no need to hash it again
-        with _folder_lock(directory):
+    with _folder_lock(directory):
+        if current is not None:  # a store recording the json's identity: no need to hash it
             found = _find_by_identity(directory, stem, args_hex, current)
             if found is not None:
                 path, json_hex = found
@@ -504,33 +536,47 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
                 if store is not None:
                     _prune(directory, stem, json_hex)
                     return store
-    source: Union[bytes, str]
-    identity = None
-    if not local:
-        source = fileio.get(ann_file, backend_args=backend_args)
-        json_digest = hashlib.sha256(source)
-    else:  # never blocks on a pipe, never reads a device or a directory, never holds it all
-        source = ann_file
-        json_digest, identity = _hash_file(ann_file)
-    key_digest = json_digest.copy()
-    if validation is not None:
-        key_digest.update(args)
-    key = key_digest.digest()
-    store_path = osp.join(directory, _store_name(stem, json_digest.hexdigest(), args_hex))
-    record = None
-    if identity is not None and time.time_ns() - identity[4] > IDENTITY_SETTLE_S * 1e9:
-        record = identity
-    with _folder_lock(directory):
-        store = _open_cached(store_path, key)
-        if store is None:
-            store = build_store(source, store_path, key, progress, validation, backend_args,
-                                ann_file, record)
-            if identity is not None and _identity(os.stat(ann_file)) != identity:
-                # The json was rewritten while it was hashed and read: the store may hold another
-                # version than its key says. Start over (the new contents get a new key).
-                del store
-                _delete(store_path)
-                raise StoreError(f'{ann_file} changed while its annotation store was being '
-                                 'built; open it again once it is written')
-        _prune(directory, stem, json_digest.hexdigest())
+        # Hash the json and, at the same time, read it natively in a thread (both release the
+        # GIL): the read is needed unless a store of this content exists (its json was touched or
+        # copied), which is rare. Only a regular file: reading a pipe could block for ever.
+        pool = speculative = None
+        if current is not None and stat.S_ISREG(os.stat(ann_file).st_mode) \
+                and json_reader() == 'native':
+            pool = ThreadPoolExecutor(1, thread_name_prefix='mmdet_ext_json')
+            speculative = pool.submit(read_columns, ann_file, validation is not None, progress)
+        try:
+            source: Union[bytes, str, CocoColumns]
+            identity = None
+            if not local:
+                source = fileio.get(ann_file, backend_args=backend_args)
+                json_digest = hashlib.sha256(source)
+            else:  # never blocks on a pipe, never reads a device or a directory, never holds it
+                source = ann_file
+                json_digest, identity = _hash_file(ann_file)
+            key_digest = json_digest.copy()
+            if validation is not None:
+                key_digest.update(args)
+            key = key_digest.digest()
+            store_path = osp.join(directory, _store_name(stem, json_digest.hexdigest(), args_hex))
+            record = None
+            if identity is not None and time.time_ns() - identity[4] > IDENTITY_SETTLE_S * 1e9:
+                record = identity
+            store = _open_cached(store_path, key)
+            if store is None:
+                if speculative is not None:
+                    source = speculative.result()
+                    speculative = None
+                store = build_store(source, store_path, key, progress, validation, backend_args,
+                                    ann_file, record)
+                if identity is not None and _identity(os.stat(ann_file)) != identity:
+                    # The json was rewritten while it was hashed and read: the store may hold
+                    # another version than its key says. Start over (new contents, new key).
+                    del store
+                    _delete(store_path)
+                    raise StoreError(f'{ann_file} changed while its annotation store was being '
+                                     'built; open it again once it is written')
+            _prune(directory, stem, json_digest.hexdigest())
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)  # a read we did not need still runs to its end
     return store
