@@ -321,12 +321,26 @@ def _delete_unless_in_use(path: str) -> bool:
 
 
 def _changed_file(store: AnnotationStore) -> Optional[str]:
-    """A file the store's validation judged that differs now (see module doc), or None."""
+    """A file the store's validation judged that differs now (see module doc), or None.
+
+    One ``stat`` per file, in a tight loop over the stored bytes (COCO-train: 118k files; the
+    per-file Python overhead used to cost more than the stats).
+    """
     if CHECKED_STATES not in store.arrays:
         return None
-    paths = store[CHECKED_FILES].tobytes().split(b'\0') if len(store[CHECKED_FILES]) else []
-    for path, (size, mtime) in zip(paths, store[CHECKED_STATES].tolist()):
-        if file_state(os.fsdecode(path)) != (size, mtime):
+    if not len(store[CHECKED_FILES]):
+        return None
+    paths = store[CHECKED_FILES].tobytes().split(b'\0')
+    states = store[CHECKED_STATES]
+    stat_file = os.stat
+    for path, size, mtime in zip(paths, states[:, 0].tolist(), states[:, 1].tolist()):
+        try:
+            st = stat_file(path)
+        except OSError:
+            if size != -1:
+                return os.fsdecode(path)
+            continue
+        if st.st_size != size or st.st_mtime_ns != mtime:
             return os.fsdecode(path)
     return None
 
