@@ -126,7 +126,9 @@ def main() -> None:
         json_bytes = os.path.getsize(ann_file)
         results = {}
         for run in args.runs.split(','):
+            load = os.getloadavg()[0]
             results[run] = run_child(run, ann_file, str(work), args.kind, args.limit_gb * 2**30)
+            results[run]['load'] = load  # other work on the machine slows every run alike
             print(run, results[run], flush=True)
         write_table(args, ann_file, json_bytes, results)
     finally:
@@ -136,15 +138,18 @@ def main() -> None:
 def write_table(args, ann_file: str, json_bytes: int, results: dict) -> None:
     lines = [f'\n### {args.kind}: {Path(ann_file).name}, {json_bytes / 1e6:.0f} MB json\n',
              f'`python benchmarks/store_scale.py {" ".join(sys.argv[1:])}`\n',
-             '| run | time to a usable dataset / store | peak RSS | store size | store / json |',
-             '|---|---:|---:|---:|---:|']
+             '| run | time to a usable dataset / store | peak RSS | store size | store / json '
+             '| load avg at start |',
+             '|---|---:|---:|---:|---:|---:|']
     for run, r in results.items():
         if 'failed' in r:
-            lines.append(f'| {run} | {r["failed"]} | >= {r["peak_rss"] / 1e9:.2f} GB | | |')
+            lines.append(f'| {run} | {r["failed"]} | >= {r["peak_rss"] / 1e9:.2f} GB | | | '
+                         f'{r["load"]:.1f} |')
             continue
         size = r.get('store_bytes')
         lines.append(f'| {run} | {r["seconds"]:.1f} s | {r["peak_rss"] / 1e9:.2f} GB | '
-                     + (f'{size / 1e6:.0f} MB | {size / json_bytes:.2f}x |' if size else ' | |'))
+                     + (f'{size / 1e6:.0f} MB | {size / json_bytes:.2f}x |' if size else ' | |')
+                     + f' {r["load"]:.1f} |')
     base = results.get('mmdet', {})
     if 'seconds' in base:
         for run in ('build', 'build_validated'):

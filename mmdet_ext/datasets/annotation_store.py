@@ -432,6 +432,7 @@ def build_store(source: Union[bytes, str, CocoColumns], store_path: str, key: by
     ann_file = ann_file or (source if isinstance(source, str) else store_path)
     if isinstance(source, CocoColumns):  # read already (open_store reads while it hashes)
         columns = source
+        source = None  # the columns are freed as soon as the sections exist
     elif json_reader() == 'native':
         columns = _read_native(source, store_path, ann_file, validation is not None, progress)
     else:
@@ -456,7 +457,9 @@ def build_store(source: Union[bytes, str, CocoColumns], store_path: str, key: by
     del columns
     if json_identity is not None:
         extra[JSON_IDENTITY] = np.array(json_identity, dtype=np.int64)
-    write_store(store_path, {**sections, **extra}, key)
+    sections.update(extra)
+    write_store(store_path, sections, key)
+    del sections  # before the store's pages are mapped and checked
     return AnnotationStore(store_path)
 
 
@@ -579,9 +582,12 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
             if store is None:
                 if speculative is not None:
                     source = speculative.result()
-                    speculative = None
-                store = build_store(source, store_path, key, progress, validation, backend_args,
-                                    ann_file, record)
+                    speculative = None  # the future held the columns too
+                # Passed on without keeping a reference here: build_store frees the columns.
+                box = [source]
+                del source
+                store = build_store(box.pop(), store_path, key, progress, validation,
+                                    backend_args, ann_file, record)
                 if identity is not None and _identity(os.stat(ann_file)) != identity:
                     # The json was rewritten while it was hashed and read: the store may hold
                     # another version than its key says. Start over (new contents, new key).
