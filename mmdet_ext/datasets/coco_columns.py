@@ -13,7 +13,8 @@ the set is a superset), and exactly those records are re-read from the json and 
 """
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Optional
 
 import numpy as np
@@ -43,18 +44,22 @@ class CocoColumns:
     categories: list[dict]
     irregular_images: dict[int, dict]  # json index -> the record as json.loads reads it
     irregular_anns: dict[int, dict]
-    part_start: np.ndarray = field(init=False)  # [num_parts + 1] into coords
-    ann_part_start: np.ndarray = field(init=False)  # [num_anns + 1] into parts
 
-    def __post_init__(self) -> None:
-        self.part_start = _offsets(self.cols['part_len'])
-        self.ann_part_start = _offsets(self.cols['ann_nparts'])
+    @cached_property
+    def part_start(self) -> np.ndarray:
+        """[num_parts + 1] offsets into ``coords``."""
+        return _offsets(self.cols['part_len'])
 
-    @property
+    @cached_property
+    def ann_part_start(self) -> np.ndarray:
+        """[num_anns + 1] offsets into the parts (made only where needed: 200 MB at 25M)."""
+        return _offsets(self.cols['ann_nparts'])
+
+    @cached_property
     def num_images(self) -> int:
         return len(self.cols['img_id'])
 
-    @property
+    @cached_property
     def num_anns(self) -> int:
         return len(self.cols['ann_id'])
 

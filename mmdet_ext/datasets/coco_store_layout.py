@@ -164,7 +164,8 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
 
     Images keep the json's order and each image's annotations keep theirs, which is the order
     mmdet's ``CocoDataset`` (through pycocotools' ``COCO``) produces. Irregular records are taken
-    from their parsed dicts (the columns hold placeholders for them).
+    from their parsed dicts (the columns hold placeholders for them). Consumes ``columns``: its
+    annotation columns are dropped as their sections are made.
     """
     cols = columns.cols
     num_images, num_anns = columns.num_images, columns.num_anns
@@ -205,11 +206,16 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
     # Annotations: irregular ones filled from their dicts; masks of irregular ones collected.
     blob = _Blob()
     mask_kind = np.where(cols['ann_kind'] == KIND_POLYGON, MASK_POLYGON, MASK_NONE).astype(np.uint8)
-    mask_range = np.zeros((num_anns, 2), dtype=np.int64)
-    part_starts = columns.ann_part_start
-    mask_range[:, 0] = part_starts[:-1]
-    mask_range[:, 1] = part_starts[1:]
-    rle_hw = np.zeros((num_anns, 2), dtype=np.int64)
+    # Boxes-only files (Objects365: 25M instances) need no per-instance mask ranges: they are
+    # made only where some instance has a mask.
+    has_masks = len(cols['part_len']) > 0 or bool(columns.irregular_anns)
+    mask_range = np.zeros((num_anns if has_masks else 0, 2), dtype=np.int64)
+    if len(cols['part_len']):
+        part_starts = columns.ann_part_start
+        mask_range[:, 0] = part_starts[:-1]
+        mask_range[:, 1] = part_starts[1:]
+        del part_starts
+    rle_sizes: dict[int, tuple] = {}
     extra_parts: list[int] = []
     extra_coords: list[np.ndarray] = []
     num_parts = len(cols['part_len'])
@@ -237,12 +243,14 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
         elif isinstance(segmentation, dict) and 'counts' in segmentation:
             mask_kind[index] = MASK_RLE
             mask_range[index] = blob.add(compressed_rle_counts(segmentation).encode('ascii'))
-            rle_hw[index] = tuple(segmentation['size'])
+            rle_sizes[index] = tuple(segmentation['size'])
         else:
             mask_kind[index] = MASK_NONE
             mask_range[index] = (0, 0)
 
-    mask_range[mask_kind == MASK_NONE] = 0
+    del ann_bbox  # the column itself is consumed below
+    if has_masks:
+        mask_range[mask_kind == MASK_NONE] = 0
 
     # Which kept image each kept annotation belongs to (the last image of that id, as the
     # Python builder's dict did), then stable grouping by image.
@@ -290,6 +298,16 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
     categories = columns.categories
     category_names = _Blob()
     category_name_ranges = [category_names.add(c['name'].encode()) for c in categories]
+    kept = len(ann_rows)
+    rle_hw = np.zeros((kept, 2), dtype=np.uint8)
+    if rle_sizes:
+        full = np.zeros((num_anns, 2), dtype=np.int64)
+        for index, size in rle_sizes.items():
+            full[index] = size
+        rle_hw = smallest_int(full[ann_rows])
+        del full
+    # Each column is gathered into its section and dropped (``cols`` is consumed): at 25M
+    # instances the columns are GBs, and only one of them is copied at a time.
     sections = {
         'layout_version': np.array([LAYOUT_VERSION], dtype=np.int64),
         'image_id': smallest_int(image_ids),
@@ -298,23 +316,31 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
         'file_name_offsets': smallest_int(_offsets(kept_name_len)),
         'file_name_bytes': file_name_bytes,
         'instance_offsets': smallest_int(_offsets(instance_counts)),
-        'ann_id': smallest_int(cols['ann_id'][ann_rows]),
-        'category_id': smallest_int(cols['ann_category_id'][ann_rows]),
-        'iscrowd': cols['ann_iscrowd'][ann_rows].astype(np.uint8),
-        'ignore': cols['ann_ignore'][ann_rows].astype(np.uint8),
-        'mask_kind': mask_kind[ann_rows],
-        'mask_range': smallest_int(mask_range[ann_rows]),
-        'rle_hw': smallest_int(rle_hw[ann_rows]),
+    }
+    for name, column in (('ann_id', 'ann_id'), ('category_id', 'ann_category_id')):
+        sections[name] = smallest_int(cols.pop(column)[ann_rows])
+    for name, column in (('iscrowd', 'ann_iscrowd'), ('ignore', 'ann_ignore')):
+        sections[name] = cols.pop(column)[ann_rows].astype(np.uint8)
+    sections['mask_kind'] = mask_kind[ann_rows]
+    del mask_kind
+    sections['mask_range'] = smallest_int(mask_range[ann_rows]) if has_masks \
+        else np.zeros((kept, 2), dtype=np.uint8)
+    del mask_range
+    sections.update({
+        'rle_hw': rle_hw,
         'poly_part_offsets': smallest_int(_offsets(part_len)),
         'blob': blob.array(),
         'category_ids': smallest_int(np.array([c['id'] for c in categories], dtype=np.int64)),
         'category_name_range': smallest_int(np.array(category_name_ranges,
                                                      dtype=np.int64).reshape(-1, 2)),
         'category_name_bytes': category_names.array(),
-    }
-    for name, values in (('bbox', ann_bbox[ann_rows]), ('area', cols['ann_area'][ann_rows]),
-                         ('poly_coords', coords)):
+    })
+    for name, values in (('bbox', None), ('area', None), ('poly_coords', coords)):
+        if values is None:
+            values = (cols.pop('ann_bbox').reshape(-1, 4) if name == 'bbox'
+                      else cols.pop('ann_area'))[ann_rows]
         stored, decimals = encode_scaled(values)
+        del values
         sections[name] = stored
         sections[f'{name}_decimals'] = np.array([decimals], dtype=np.int64)
     return sections
