@@ -24,10 +24,13 @@ namespace {
 
 // Append-only column in fixed blocks: growing never copies (a std::vector of 25M boxes would
 // briefly hold twice its size while it reallocates), and to_tensor frees each block as it copies.
+// 64 MiB blocks: above glibc's largest mmap threshold (32 MiB), so each block is its own mapping
+// and freeing it returns the memory to the system; smaller blocks would come from the heap and
+// stay resident after the copy (untouched pages of a block cost nothing).
 template <typename T>
 class Column {
  public:
-  static constexpr size_t kBlock = 1 << 20;
+  static constexpr size_t kBlock = (size_t{64} << 20) / sizeof(T);
   void push(T value) {
     if (size_ % kBlock == 0 && size_ / kBlock == blocks_.size()) {
       blocks_.emplace_back(new T[kBlock]);
