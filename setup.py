@@ -37,7 +37,8 @@ except ModuleNotFoundError:
 ROOT = Path(__file__).resolve().parent
 CSRC = ROOT / 'csrc'
 OPENCV_MODULES = ('opencv_core', 'opencv_imgproc', 'opencv_imgcodecs')
-APT_PACKAGES = {'opencv4': 'libopencv-dev', 'libjpeg': 'libjpeg62-turbo-dev'}
+APT_PACKAGES = {'opencv4': 'libopencv-dev', 'libjpeg': 'libjpeg62-turbo-dev',
+                'RapidJSON': 'rapidjson-dev'}
 # Sources that need optional libraries: compiled only when all of theirs were found. The files that
 # register the ops built on them (io/decode_image.cpp, transforms/warp_image.cpp) register a kernel
 # that raises instead (csrc/optional_libraries.h); the macros below tell them which.
@@ -47,7 +48,8 @@ SOURCES_NEEDING = {
     'csrc/io/exif_orientation.cpp': ('opencv4', 'libjpeg'),
 }
 # Each library's environment switch, and the C++ macro defined when it is built with.
-SWITCHES = {'opencv4': 'MMDET_EXT_WITH_OPENCV', 'libjpeg': 'MMDET_EXT_WITH_LIBJPEG'}
+SWITCHES = {'opencv4': 'MMDET_EXT_WITH_OPENCV', 'libjpeg': 'MMDET_EXT_WITH_LIBJPEG',
+            'RapidJSON': 'MMDET_EXT_WITH_RAPIDJSON'}
 # nvcc: --fmad=false because the CUDA mask kernels must be bit-exact with the CPU ones, and
 # contracting a*b+c into one FMA rounds once instead of twice.
 NVCC_FLAGS = ['-O3', '--fmad=false', '-std=c++20']
@@ -139,7 +141,9 @@ def optional_libraries() -> tuple[dict, dict]:
     libjpeg only with OpenCV: the strict JPEG decoder writes into OpenCV's cv::Mat.
     """
     found, notes = {}, {}
-    for package in ('opencv4', 'libjpeg'):
+    # RapidJSON (header-only) streams the COCO json into the annotation store
+    # (csrc/store/coco_json_reader.cpp); without it the store is built by the Python parser.
+    for package in ('opencv4', 'libjpeg', 'RapidJSON'):
         flags, notes[package] = find_library(package)
         if flags is not None:
             found[package] = flags
@@ -179,7 +183,8 @@ def make_extension():
     cuda = (f'CUDA {torch.version.cuda} (CUDA_HOME={CUDA_HOME}, TORCH_CUDA_ARCH_LIST='
             f'{os.environ.get("TORCH_CUDA_ARCH_LIST", "unset")})' if with_cuda else 'CPU only')
     print(f'[mmdet_ext] building mmdet_ext._C: torch {torch.__version__}, {cuda}; '
-          f'OpenCV: {notes["opencv4"]}; libjpeg: {notes["libjpeg"]}; {len(cpp_sources)} C++ + '
+          f'OpenCV: {notes["opencv4"]}; libjpeg: {notes["libjpeg"]}; '
+          f'RapidJSON: {notes["RapidJSON"]}; {len(cpp_sources)} C++ + '
           f'{len(cuda_sources)} CUDA sources')
     if with_cuda:
         macros.append(('MMDET_EXT_WITH_CUDA', None))

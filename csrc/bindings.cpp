@@ -106,6 +106,11 @@ PYBIND11_MODULE(_C, m) {
     info["torch_version"] = me::torch_version();
     info["opencv_version"] = me::opencv_version();
     info["libjpeg"] = me::libjpeg();
+#ifdef MMDET_EXT_WITH_RAPIDJSON
+    info["rapidjson"] = true;
+#else
+    info["rapidjson"] = false;
+#endif
     info["source_hash"] = me::source_hash();
     return info;
   }, "What this extension was built with (mmdet_ext.build_info() documents the keys).");

@@ -82,7 +82,9 @@ def build_info() -> dict[str, Optional[Union[bool, str]]]:
     headers compiled against, e.g. ``'2.13.0'``), ``opencv_version`` (e.g. ``'4.6.0'``; None when
     built without OpenCV, and then ``decode_image`` and ``warp_image`` raise
     ``NotImplementedError``), ``libjpeg`` (libjpeg-turbo's version, e.g. ``'2.1.5'``; None when
-    built without it, and then ``decode_image`` raises), ``source_hash`` (SHA-256 of the
+    built without it, and then ``decode_image`` raises), ``rapidjson`` (True when the native
+    json reader of the annotation store is built in; else stores are built by ``json.loads``),
+    ``source_hash`` (SHA-256 of the
     ``csrc/`` sources). docs/build.md says how to get the optional parts.
     """
     return _C.build_info()

@@ -38,6 +38,8 @@ def collect_env() -> dict[str, str]:
         'CUDA kernels': cuda,
         'OpenCV': info['opencv_version'] or missing,
         'libjpeg': info['libjpeg'] or missing,
+        'rapidjson': ('yes (native json reader for the annotation store)' if info.get('rapidjson')
+                      else 'not built (stores are built by json.loads; docs/annotation_store.md)'),
         'source hash': info['source_hash'],
     }
     env.update({name: _installed_version(name) for name in UPSTREAM})

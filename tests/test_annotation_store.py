@@ -24,6 +24,7 @@ from mmdet_ext import _C
 from mmdet_ext.datasets import AnnotationStore, StoreError, open_store
 from mmdet_ext.datasets import annotation_store
 from mmdet_ext.datasets.annotation_store import PROBLEMS_SUFFIX, write_store
+from mmdet_ext.datasets.coco_store_layout import LAYOUT_VERSION
 
 KEY = bytes(range(32))
 REGRESSIONS = Path(__file__).parent / 'regressions'
@@ -33,7 +34,7 @@ HEADER_VERSION_OFFSET = 8  # magic[8], then uint32 version
 def _sections() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     return {
-        'layout_version': np.array([1], dtype=np.int64),
+        'layout_version': np.array([LAYOUT_VERSION], dtype=np.int64),
         'floats': rng.normal(size=(1000, 4)),
         'bytes': rng.integers(0, 256, 777, dtype=np.uint8),
         'ints': rng.integers(-5, 5, 31, dtype=np.int32),

@@ -16,14 +16,15 @@ pip_install() { python3 -m pip install --quiet --disable-pip-version-check "$@";
 log() { printf '[install_deps] %s\n' "$*"; }
 
 # 1. Native libraries for the C++ extension (OpenCV and libjpeg-turbo from Debian, found with
-# pkg-config; decode_image calls libjpeg directly to refuse corrupt JPEG data).
+# pkg-config; decode_image calls libjpeg directly to refuse corrupt JPEG data; rapidjson, header-only,
+# streams COCO jsons into the annotation store).
 # libgl1/libglib2.0-0: the opencv-python wheel (required by mmengine) needs libGL.so.1, libgthread.
-if ! pkg-config --exists opencv4 libjpeg || ! ldconfig -p | grep -q "libGL.so.1 "; then
-  log "installing Debian libopencv-dev, libjpeg62-turbo-dev"
+if ! pkg-config --exists opencv4 libjpeg RapidJSON || ! ldconfig -p | grep -q "libGL.so.1 "; then
+  log "installing Debian libopencv-dev, libjpeg62-turbo-dev, rapidjson-dev"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends libopencv-dev libjpeg62-turbo-dev pkg-config \
-    libgl1 libglib2.0-0 >/dev/null
+  apt-get install -y -qq --no-install-recommends libopencv-dev libjpeg62-turbo-dev rapidjson-dev \
+    pkg-config libgl1 libglib2.0-0 >/dev/null
 fi
 
 # 2. torch first, pinned, so nothing later can pull a CUDA build from the registry.

@@ -65,6 +65,7 @@ uint64_t header_checksum(Header header) {
 bool section_dtype_supported(at::ScalarType dtype) {
   switch (dtype) {
     case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
+    case at::kUInt16: case at::kUInt32:  // the compact layout's coordinates and offsets
     case at::kHalf: case at::kFloat: case at::kDouble:
       return true;
     default:
@@ -136,7 +137,8 @@ void write_store(const std::string& path,
     }
     if (!section_dtype_supported(tensor.scalar_type())) {
       fail(path, "section '" + name + "' has dtype " + std::string(c10::toString(tensor.scalar_type())) +
-                     "; a store holds uint8, int8, int16, int32, int64, float16, float32 or float64");
+                     "; a store holds uint8, int8, uint16, int16, uint32, int32, int64, float16, float32 "
+                     "or float64");
     }
     if (!valid_utf8(name)) fail(path, "section name is not UTF-8");
     for (size_t j = 0; j < i; ++j) {

@@ -3,6 +3,7 @@
 
 #include <torch/extension.h>
 
+#include "coco_json_reader.h"
 #include "mapped_store.h"
 
 namespace py = pybind11;
@@ -21,6 +22,29 @@ void bind_store(py::module_& m) {
         },
         py::arg("path"), py::arg("sections"), py::arg("key"),
         "Atomically write named 1-D/2-D CPU tensors to an annotation store file.");
+  py::register_exception<store::CocoJsonError>(m, "CocoJsonError", PyExc_ValueError);
+  m.def("read_coco_json",
+        [](const std::string& path, bool record_starts, const py::object& progress) {
+#ifdef MMDET_EXT_WITH_RAPIDJSON
+          store::ReadProgress report;
+          if (!progress.is_none()) {
+            report = [&progress](int64_t done, int64_t total) {
+              py::gil_scoped_acquire acquire;
+              progress(done, total);
+            };
+          }
+          py::gil_scoped_release release;
+          return store::read_coco_json(path, record_starts, report);
+#else
+          (void)path, (void)record_starts, (void)progress;
+          throw std::runtime_error(
+              "read_coco_json: this build of mmdet_ext has no rapidjson (setup.py did not find "
+              "it, or MMDET_EXT_WITH_RAPIDJSON=0 switched it off); install it (Debian/Ubuntu: "
+              "apt-get install rapidjson-dev) and rebuild: pip install --no-build-isolation -e .");
+#endif
+        },
+        py::arg("path"), py::arg("record_starts") = false, py::arg("progress") = py::none(),
+        "Stream a COCO json into named columns (csrc/store/coco_json_reader.h).");
   py::class_<MappedStore>(m, "MappedStore")
       .def(py::init<const std::string&, bool>(), py::arg("path"), py::arg("verify_payload") = true,
            py::call_guard<py::gil_scoped_release>())

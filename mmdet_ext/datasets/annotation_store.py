@@ -43,9 +43,12 @@ import json
 import os
 import os.path as osp
 import re
+import stat
+import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 import torch
@@ -53,9 +56,10 @@ from mmengine import fileio
 from mmengine.logging import print_log
 
 from .._native import _C
-from .coco_store_layout import LAYOUT_VERSION, coco_to_sections
-from ..io import file_state, read_regular_file
-from .validation import parse_coco_json, validate_coco
+from .coco_columns import CocoColumns, native_reader_available, read_columns, validate_columns
+from .coco_store_layout import LAYOUT_VERSION, coco_to_columns, columns_to_sections
+from ..io import file_state, open_regular_file
+from .validation import AnnotationFileError, parse_coco_json
 
 StoreError = _C.StoreError
 STORE_SUFFIX = '.mdxstore'
@@ -67,6 +71,15 @@ MISSING_EXAMPLE = 'missing_image_example'  # one missing path, bytes
 PROBLEMS_SUFFIX = '.problems.jsonl'
 # Only where the folder itself cannot be locked (NFS); removed by its holder before it lets go.
 FOLDER_LOCK_NAME = '.mdxstore.lock'
+# Which json reader builds stores: 'native' (rapidjson streaming, the default where the build has
+# it) or 'python' (json.loads, the reference; also what a build without rapidjson uses).
+JSON_READER_ENV = 'MMDET_EXT_JSON_READER'
+HASH_CHUNK = 8 << 20
+# The json's identity when its store was built (see _find_by_identity): int64 [5].
+JSON_IDENTITY = 'json_identity'
+IDENTITY_SETTLE_S = 2.0
+LOCK_POLL_S = 0.05  # a waiter polls the folder lock (flock has no timeout)
+LOCK_NOTE_INTERVAL_S = 30.0
 
 
 class AnnotationStore:
@@ -128,10 +141,16 @@ class AnnotationStore:
     def text(self, bytes_name: str, start: int, end: int) -> str:
         return self.arrays[bytes_name][start:end].tobytes().decode()
 
+    def file_name(self, row: int) -> str:
+        """``file_name`` of image ``row``."""
+        offsets = self.arrays['file_name_offsets']
+        return self.text('file_name_bytes', int(offsets[row]), int(offsets[row + 1]))
+
 
 def write_store(path: str, sections: dict[str, np.ndarray], key: bytes) -> None:
     """Atomically write ``sections`` (named 1-D/2-D arrays) to a store file."""
-    tensors = [(name, torch.from_numpy(np.ascontiguousarray(array)))
+    # np.require copies only what torch cannot wrap as is (read-only byte buffers, small).
+    tensors = [(name, torch.from_numpy(np.require(array, requirements=['C', 'W'])))
                for name, array in sections.items()]
     _C.write_store(path, tensors, key)
 
@@ -187,7 +206,7 @@ def _folder_lock(directory: str) -> Iterator[None]:
     """
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _wait_for_lock(fd, directory)
     except OSError as err:
         os.close(fd)
         if err.errno not in (errno.EBADF, errno.EINVAL, errno.EOPNOTSUPP):
@@ -208,6 +227,32 @@ def _folder_lock(directory: str) -> Iterator[None]:
         os.close(fd)
 
 
+def _wait_for_lock(fd: int, what: str) -> None:
+    """Take an exclusive ``flock`` on ``fd``, saying so while another process holds it (a rank
+    building a large store can take a minute; a silent wait looks like a hang)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    start = time.monotonic()
+    next_note = start
+    while True:
+        now = time.monotonic()
+        if now >= next_note:
+            print_log(f'Waiting for another process (worker, rank or job) to finish checking or '
+                      f'building an annotation store in {what} ({now - start:.0f} s so far)',
+                      logger='current', level=20)
+            next_note = now + LOCK_NOTE_INTERVAL_S
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            print_log(f'Done waiting for {what} after {time.monotonic() - start:.1f} s',
+                      logger='current', level=20)
+            return
+        except BlockingIOError:
+            time.sleep(LOCK_POLL_S)
+
+
 def _lock_file(path: str) -> int:
     """A descriptor holding an exclusive ``flock`` on the file now at ``path`` (created if need be).
 
@@ -216,7 +261,7 @@ def _lock_file(path: str) -> int:
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _wait_for_lock(fd, path)
             if osp.samestat(os.fstat(fd), os.stat(path)):
                 return fd
         except FileNotFoundError:
@@ -276,12 +321,26 @@ def _delete_unless_in_use(path: str) -> bool:
 
 
 def _changed_file(store: AnnotationStore) -> Optional[str]:
-    """A file the store's validation judged that differs now (see module doc), or None."""
+    """A file the store's validation judged that differs now (see module doc), or None.
+
+    One ``stat`` per file, in a tight loop over the stored bytes (COCO-train: 118k files; the
+    per-file Python overhead used to cost more than the stats).
+    """
     if CHECKED_STATES not in store.arrays:
         return None
-    paths = store[CHECKED_FILES].tobytes().split(b'\0') if len(store[CHECKED_FILES]) else []
-    for path, (size, mtime) in zip(paths, store[CHECKED_STATES].tolist()):
-        if file_state(os.fsdecode(path)) != (size, mtime):
+    if not len(store[CHECKED_FILES]):
+        return None
+    paths = store[CHECKED_FILES].tobytes().split(b'\0')
+    states = store[CHECKED_STATES]
+    stat_file = os.stat
+    for path, size, mtime in zip(paths, states[:, 0].tolist(), states[:, 1].tolist()):
+        try:
+            st = stat_file(path)
+        except OSError:
+            if size != -1:
+                return os.fsdecode(path)
+            continue
+        if st.st_size != size or st.st_mtime_ns != mtime:
             return os.fsdecode(path)
     return None
 
@@ -321,12 +380,48 @@ def _validation_sections(report) -> dict[str, np.ndarray]:
     }
 
 
-def build_store(ann_bytes: bytes, store_path: str, key: bytes,
+def json_reader() -> str:
+    """'native' or 'python': which reader builds stores (``MMDET_EXT_JSON_READER`` decides)."""
+    wanted = os.environ.get(JSON_READER_ENV, '')
+    if wanted not in ('', 'native', 'python'):
+        raise ValueError(f'{JSON_READER_ENV}={wanted!r}; expected native or python')
+    if wanted == 'python' or not native_reader_available():
+        if wanted == 'native':
+            raise RuntimeError(f'{JSON_READER_ENV}=native but this build of mmdet_ext has no '
+                               'rapidjson (apt-get install rapidjson-dev, then rebuild)')
+        return 'python'
+    return 'native'
+
+
+def _read_native(source: Union[bytes, str], store_path: str, ann_file: str,
+                 record_starts: bool,
+                 progress: Optional[Callable[[int, int], None]]) -> CocoColumns:
+    """Columns of a json file, or of json bytes (written to a temporary file beside the store)."""
+    if isinstance(source, str):
+        return read_columns(source, record_starts, progress)
+    temporary = f'{store_path}.json.tmp.{os.getpid()}'
+    try:
+        with open(temporary, 'wb') as f:
+            f.write(source)
+        try:
+            return read_columns(temporary, record_starts, progress)
+        except AnnotationFileError as err:
+            raise AnnotationFileError(str(err).replace(temporary, ann_file)) from None
+    finally:
+        _delete(temporary)
+
+
+def build_store(source: Union[bytes, str, CocoColumns], store_path: str, key: bytes,
                 progress: Optional[Callable[[int, int], None]] = None,
                 validation: Optional[dict] = None,
                 backend_args: Optional[dict] = None,
-                ann_file: Optional[str] = None) -> AnnotationStore:
-    """Parse a COCO json's bytes, validate it if asked, and write its store to ``store_path``.
+                ann_file: Optional[str] = None,
+                json_identity: Optional[tuple[int, ...]] = None) -> AnnotationStore:
+    """Read a COCO json (a local path, its bytes, or its columns), validate it if asked, and write its store.
+
+    The native reader (``json_reader()``) streams the file into columns and validates them
+    without per-record Python objects (``coco_columns``); the Python reader parses it with
+    ``json.loads``. Both give the same store and the same report.
 
     With ``validation``, problems found are written to ``<store_path>.problems.jsonl``; when none
     are, a report left by an earlier build of this store is deleted.
@@ -334,10 +429,21 @@ def build_store(ann_bytes: bytes, store_path: str, key: bytes,
     Raises:
         AnnotationFileError: the bytes are not a COCO json (the message names ``ann_file``).
     """
-    coco = parse_coco_json(ann_bytes, ann_file or store_path)
+    ann_file = ann_file or (source if isinstance(source, str) else store_path)
+    if isinstance(source, CocoColumns):  # read already (open_store reads while it hashes)
+        columns = source
+        source = None  # the columns are freed as soon as the sections exist
+    elif json_reader() == 'native':
+        columns = _read_native(source, store_path, ann_file, validation is not None, progress)
+    else:
+        data = source if isinstance(source, bytes) else _read_bytes(source)
+        columns = coco_to_columns(parse_coco_json(data, ann_file), ann_file)
+        del data
+    keep_images = keep_anns = None
     extra: dict[str, np.ndarray] = {}
     if validation is not None:
-        coco, report = validate_coco(coco, backend_args=backend_args, **validation)
+        keep_images, keep_anns, report = validate_columns(columns, backend_args=backend_args,
+                                                          **validation)
         extra = _validation_sections(report)
         problems_path = store_path + PROBLEMS_SUFFIX
         if report.problems:
@@ -347,8 +453,68 @@ def build_store(ann_bytes: bytes, store_path: str, key: bytes,
         print_log(f'Annotation store {store_path}: {report.summary()}'
                   + (f'; details in {problems_path}' if report.problems else ''),
                   logger='current', level=30 if report.problems else 20)
-    write_store(store_path, {**coco_to_sections(coco, progress), **extra}, key)
+    sections = columns_to_sections(columns, keep_images, keep_anns)
+    del columns
+    if json_identity is not None:
+        extra[JSON_IDENTITY] = np.array(json_identity, dtype=np.int64)
+    sections.update(extra)
+    write_store(store_path, sections, key)
+    del sections  # before the store's pages are mapped and checked
     return AnnotationStore(store_path)
+
+
+def _read_bytes(path: str) -> bytes:
+    with os.fdopen(open_regular_file(path), 'rb') as f:
+        return f.read()
+
+
+def _hash_file(path: str) -> tuple['hashlib._Hash', tuple[int, ...]]:
+    """SHA-256 of a local regular file read in chunks (never all in memory), and its identity.
+
+    Raises what ``open_regular_file`` raises for a missing file, a pipe, a device, a directory.
+    """
+    digest = hashlib.sha256()
+    with os.fdopen(open_regular_file(path), 'rb') as f:
+        identity = _identity(os.fstat(f.fileno()))
+        while chunk := f.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest, identity
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """What changes whenever a file's contents may have: device, inode, size, mtime, ctime.
+
+    ctime cannot be set back by the user (``touch -d`` and ``os.utime`` set it to now), so an
+    equal identity means an unwritten file; see ``_find_by_identity`` for the racy case.
+    """
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _find_by_identity(directory: str, stem: str, args_hex: Optional[str],
+                      identity: tuple[int, ...]) -> Optional[tuple[str, str]]:
+    """(path, json digest[:12]) of a store built from the json whose identity is ``identity``.
+
+    Why: hashing the json on every open costs 2 s per GB (more than everything else a cached open
+    does); a store records the json's identity (``JSON_IDENTITY``) when it was built, and an equal
+    identity now means the same bytes. Stores built while the json was written within the last
+    ``IDENTITY_SETTLE_S`` seconds record none (a write in the same timestamp tick could go unseen),
+    and the json is hashed as before.
+    """
+    args = '' if args_hex is None else f'-{args_hex[:8]}'
+    pattern = re.compile(rf'{re.escape(stem)}\.([0-9a-f]{{12}}){re.escape(args)}'
+                         rf'{re.escape(STORE_SUFFIX)}')
+    for name in os.listdir(directory):
+        match = pattern.fullmatch(name)
+        if match is None:
+            continue
+        path = osp.join(directory, name)
+        try:
+            recorded = AnnotationStore(path, verify=False).arrays.get(JSON_IDENTITY)
+        except StoreError:
+            continue
+        if recorded is not None and tuple(int(v) for v in recorded) == identity:
+            return path, match.group(1)
+    return None
 
 
 def open_store(ann_file: str, cache_dir: Optional[str] = None,
@@ -363,28 +529,74 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
         ann_file: a COCO instances json (any mmengine file backend).
         cache_dir: where to keep the store; default next to ``ann_file`` (else ~/.cache).
         backend_args: mmengine file backend arguments for reading ``ann_file``.
-        progress: called as ``progress(done, total)`` (annotations) while building.
+        progress: called as ``progress(done, total)`` while building: bytes of the json read
+            (native reader), or annotations stored (Python reader).
         validation: ``validate_coco`` keyword arguments (json-serializable), or None to store the
             json unchecked.
     """
-    if '://' in ann_file or backend_args:
-        ann_bytes = fileio.get(ann_file, backend_args=backend_args)
-    else:  # never blocks on a pipe, never reads a device or a directory
-        ann_bytes, _ = read_regular_file(ann_file)
-    json_digest = hashlib.sha256(ann_bytes)
-    key_digest = json_digest.copy()
     args_hex = None
     if validation is not None:
         args = json.dumps(validation, sort_keys=True).encode()
-        key_digest.update(args)
         args_hex = hashlib.sha256(args).hexdigest()
-    key = key_digest.digest()
     directory, stem = _store_location(ann_file, cache_dir)
-    store_path = osp.join(directory, _store_name(stem, json_digest.hexdigest(), args_hex))
+    local = not ('://' in ann_file or backend_args)
+    try:
+        current = _identity(os.stat(ann_file)) if local else None
+    except OSError:
+        current = None  # _hash_file names the problem
     with _folder_lock(directory):
-        store = _open_cached(store_path, key)
-        if store is None:
-            store = build_store(ann_bytes, store_path, key, progress, validation, backend_args,
-                                ann_file)
-        _prune(directory, stem, json_digest.hexdigest())
+        if current is not None:  # a store recording the json's identity: no need to hash it
+            found = _find_by_identity(directory, stem, args_hex, current)
+            if found is not None:
+                path, json_hex = found
+                store = _open_cached(path, AnnotationStore(path, verify=False).key)
+                if store is not None:
+                    _prune(directory, stem, json_hex)
+                    return store
+        # Hash the json and, at the same time, read it natively in a thread (both release the
+        # GIL): the read is needed unless a store of this content exists (its json was touched or
+        # copied), which is rare. Only a regular file: reading a pipe could block for ever.
+        pool = speculative = None
+        if current is not None and stat.S_ISREG(os.stat(ann_file).st_mode) \
+                and json_reader() == 'native':
+            pool = ThreadPoolExecutor(1, thread_name_prefix='mmdet_ext_json')
+            speculative = pool.submit(read_columns, ann_file, validation is not None, progress)
+        try:
+            source: Union[bytes, str, CocoColumns]
+            identity = None
+            if not local:
+                source = fileio.get(ann_file, backend_args=backend_args)
+                json_digest = hashlib.sha256(source)
+            else:  # never blocks on a pipe, never reads a device or a directory, never holds it
+                source = ann_file
+                json_digest, identity = _hash_file(ann_file)
+            key_digest = json_digest.copy()
+            if validation is not None:
+                key_digest.update(args)
+            key = key_digest.digest()
+            store_path = osp.join(directory, _store_name(stem, json_digest.hexdigest(), args_hex))
+            record = None
+            if identity is not None and time.time_ns() - identity[4] > IDENTITY_SETTLE_S * 1e9:
+                record = identity
+            store = _open_cached(store_path, key)
+            if store is None:
+                if speculative is not None:
+                    source = speculative.result()
+                    speculative = None  # the future held the columns too
+                # Passed on without keeping a reference here: build_store frees the columns.
+                box = [source]
+                del source
+                store = build_store(box.pop(), store_path, key, progress, validation,
+                                    backend_args, ann_file, record)
+                if identity is not None and _identity(os.stat(ann_file)) != identity:
+                    # The json was rewritten while it was hashed and read: the store may hold
+                    # another version than its key says. Start over (new contents, new key).
+                    del store
+                    _delete(store_path)
+                    raise StoreError(f'{ann_file} changed while its annotation store was being '
+                                     'built; open it again once it is written')
+            _prune(directory, stem, json_digest.hexdigest())
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)  # a read we did not need still runs to its end
     return store

@@ -12,7 +12,7 @@ from ..io import DEFAULT_MAX_PIXELS
 from ..registry import DATASETS
 from .annotation_store import MISSING_EXAMPLE, MISSING_IMAGES, AnnotationStore, open_store
 from .bad_samples import BadSampleHandler, log_dir
-from .coco_store_layout import MASK_PNG, MASK_POLYGON, MASK_RLE
+from .coco_store_layout import MASK_PNG, MASK_POLYGON, MASK_RLE, decoded
 from .inflight import InflightRecord
 from .validation import (MAX_MISSING_FRACTION, DataValidationError, MissingImagesError,
                          missing_images_message, resolve_policy)
@@ -145,7 +145,7 @@ class LazyCocoDataset(BaseDetDataset):
     def _image_ref(self, idx: int) -> tuple[int, str]:
         """(img_id, img_path) of sample ``idx``, without building its instances."""
         row = int(self._rows[idx])
-        file_name = self.store.text('file_name_bytes', *self.store['file_name_range'][row])
+        file_name = self.store.file_name(row)
         return int(self.store['image_id'][row]), osp.join(self.data_prefix['img'], file_name)
 
     def prepare_data(self, idx: int) -> Optional[dict]:
@@ -208,7 +208,7 @@ class LazyCocoDataset(BaseDetDataset):
         row = int(self._rows[idx])
         store = self.store
         height, width = (int(v) for v in store['image_hw'][row])
-        file_name = store.text('file_name_bytes', *store['file_name_range'][row])
+        file_name = store.file_name(row)
         seg_map_path = None
         if self.data_prefix.get('seg', None):
             seg_map_path = osp.join(self.data_prefix['seg'],
@@ -237,11 +237,11 @@ class LazyCocoDataset(BaseDetDataset):
         store = self.store
         if store['ignore'][i]:
             return None
-        x1, y1, w, h = (float(v) for v in store['bbox'][i])
+        x1, y1, w, h = decoded(store, 'bbox', i).tolist()
         inter_w = max(0, min(x1 + w, width) - max(x1, 0))
         inter_h = max(0, min(y1 + h, height) - max(y1, 0))
         category_id = int(store['category_id'][i])
-        if inter_w * inter_h == 0 or store['area'][i] <= 0 or w < 1 or h < 1 \
+        if inter_w * inter_h == 0 or decoded(store, 'area', i) <= 0 or w < 1 or h < 1 \
                 or category_id not in self.cat2label:
             return None
         instance = {
@@ -260,8 +260,10 @@ class LazyCocoDataset(BaseDetDataset):
         start, end = (int(v) for v in store['mask_range'][i])
         if kind == MASK_POLYGON:
             part_offsets = store['poly_part_offsets']
-            coords = store['poly_coords']
-            return [coords[part_offsets[p]:part_offsets[p + 1]].tolist() for p in range(start, end)]
+            first, last = int(part_offsets[start]), int(part_offsets[end])
+            coords = decoded(store, 'poly_coords', slice(first, last)).tolist()
+            return [coords[int(part_offsets[p]) - first:int(part_offsets[p + 1]) - first]
+                    for p in range(start, end)]
         if kind == MASK_RLE:
             return {'size': [int(v) for v in store['rle_hw'][i]],
                     'counts': store.text('blob', start, end)}

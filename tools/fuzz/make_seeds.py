@@ -20,6 +20,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mmdet_ext.datasets.annotation_store import build_store, write_store  # noqa: E402
+from mmdet_ext.datasets.coco_store_layout import LAYOUT_VERSION  # noqa: E402
 from mmdet_ext.toy_data import make_toy_coco  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +63,7 @@ def store_seeds(out: Path) -> None:
         make_toy_coco(root, num_train=2, num_val=1)
         ann_file = next(root.rglob('*train*.json'))
         build_store(ann_file.read_bytes(), str(out / 'toy_coco.mdxstore'), bytes(32))
-    sections = {'layout_version': np.array([1], dtype=np.int64),
+    sections = {'layout_version': np.array([LAYOUT_VERSION], dtype=np.int64),
                 'pairs': np.arange(6, dtype=np.int64).reshape(3, 2),
                 'boxes': np.linspace(0, 1, 8).reshape(2, 4),
                 'flags': np.array([0, 1, 2], dtype=np.uint8),
