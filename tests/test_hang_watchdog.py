@@ -4,6 +4,9 @@ import os
 import os.path as osp
 import re
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -123,3 +126,60 @@ def test_bound_is_floor_until_enough_iterations_then_k_times_median() -> None:
     assert hook.bound() == pytest.approx(4.0)  # 20 x 0.2
     with pytest.raises(ValueError):
         HangWatchdogHook(on_hang='ignore')
+
+
+TWO_RANKS = textwrap.dedent('''
+    import os, sys, time
+    import torch.distributed as dist
+    from mmengine.hooks import Hook
+    from mmengine.runner import Runner
+    from helpers.tiny_runner import tiny_runner_kwargs
+
+    work_dir = sys.argv[1]
+    rank = int(os.environ['RANK'])
+
+    class StallRank1(Hook):
+        """Rank 1 stalls after iteration index 2 until rank 0 has written its report."""
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            if rank == 1 and runner.iter == 2:
+                while not os.path.exists(os.path.join(work_dir, 'hang_report.txt')):
+                    time.sleep(0.1)
+                time.sleep(1.0)
+
+    dist.init_process_group('gloo')  # as tests/test_checkpoint_distributed.py (CPU torch)
+    kwargs = tiny_runner_kwargs(
+        work_dir, max_epochs=3, with_val=False, launcher='pytorch',
+        cfg=dict(model_wrapper_cfg=dict(type='MMDistributedDataParallel', device_ids=None)),
+        custom_hooks=[StallRank1(), dict(type='HangWatchdogHook', min_timeout=3, on_hang='wait')],
+        log_level='WARNING')
+    Runner(**kwargs).train()
+    dist.barrier()
+    dist.destroy_process_group()
+''')
+
+
+def test_two_ranks_report_names_the_rank_behind(tmp_path) -> None:
+    work_dir = tmp_path / 'work'
+    script = tmp_path / 'two_ranks.py'
+    script.write_text(TWO_RANKS)
+    tests_dir = osp.dirname(osp.abspath(__file__))
+    env = {**os.environ, 'OMP_NUM_THREADS': '1',
+           'PYTHONPATH': os.pathsep.join([tests_dir, os.environ.get('PYTHONPATH', '')])}
+    proc = subprocess.run(
+        [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
+         '--master_port', str(30500 + os.getpid() % 1000), str(script), str(work_dir)],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = (work_dir / 'hang_report.txt').read_text()
+    assert 'rank 0 of 2' in report
+    assert re.search(r'rank 0 \(this rank\): 3 training iterations done', report), report
+    assert re.search(r'rank 1: 2 training iterations done \(updated \d+ s ago\)  <- BEHIND',
+                     report), report
+    assert 'ranks behind: rank 1 at 2 iterations (this rank waits for them)' in report
+    # Rank 0's main thread is shown waiting in DDP's backward (the gradient all-reduce).
+    assert 'in backward' in report.split('== main process')[1], report
+    # Rank 1's own report says it is the one behind.
+    rank1 = (work_dir / 'hang_report_rank1.txt').read_text()
+    assert 'rank 1 of 2' in rank1 and 'ranks behind: rank 1 at 2 iterations\n' in rank1, rank1
+    # The run went on and finished: the progress files are gone.
+    assert not list(work_dir.glob('progress_rank*.txt'))

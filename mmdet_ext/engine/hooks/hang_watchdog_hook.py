@@ -46,6 +46,46 @@ class HangDetected(RuntimeError):
     """Raised in the main thread by :class:`HangWatchdogHook` (``on_hang='raise'``)."""
 
 
+def progress_path(directory: str, rank: int) -> str:
+    return osp.join(directory, f'progress_rank{rank}.txt')
+
+
+def report_name(rank: int, world_size: int) -> str:
+    """``hang_report.txt`` (rank 0 or a single process), ``hang_report_rank<R>.txt`` otherwise."""
+    return REPORT_NAME if rank == 0 or world_size == 1 else f'hang_report_rank{rank}.txt'
+
+
+def write_progress(directory: str, rank: int, iterations: int) -> None:
+    """Atomically replace this rank's ``progress_rank<R>.txt``: iterations done, wall time."""
+    path = progress_path(directory, rank)
+    tmp = f'{path}.{os.getpid()}.tmp'
+    with open(tmp, 'w') as f:
+        f.write(f'{iterations} {time.time():.3f}\n')
+    os.replace(tmp, path)
+
+
+def read_progress(directory: str, world_size: int) -> dict[int, Optional[tuple[int, float]]]:
+    """Rank -> (iterations done, wall time written), None where a rank wrote nothing."""
+    progress: dict[int, Optional[tuple[int, float]]] = {}
+    for rank in range(world_size):
+        try:
+            with open(progress_path(directory, rank)) as f:
+                done, stamp = f.read().split()
+            progress[rank] = (int(done), float(stamp))
+        except (OSError, ValueError):
+            progress[rank] = None
+    return progress
+
+
+def ranks_behind(progress: dict[int, Optional[tuple[int, float]]]) -> list[int]:
+    """Ranks with fewer iterations done than the furthest one, or with no progress file."""
+    known = [p[0] for p in progress.values() if p is not None]
+    if not known:
+        return []
+    front = max(known)
+    return [r for r, p in sorted(progress.items()) if p is None or p[0] < front]
+
+
 def worker_stack_path(directory: str, pid: int) -> str:
     return osp.join(directory, f'worker_stack_{pid}.txt')
 
@@ -115,6 +155,7 @@ class HangWatchdogHook(Hook):
         self._hang_message: Optional[str] = None
         self._previous_sigint: Any = None
         self.report_path: Optional[str] = None
+        self._written_progress: Optional[int] = None
 
     # ---- hooks ---------------------------------------------------------------------------
     def before_run(self, runner) -> None:
@@ -128,7 +169,7 @@ class HangWatchdogHook(Hook):
         if threading.current_thread() is not threading.main_thread():
             runner.logger.warning('HangWatchdogHook: not in the main thread; the watchdog is off')
             return
-        self.report_path = osp.join(runner.work_dir, REPORT_NAME)
+        self.report_path = osp.join(runner.work_dir, report_name(runner.rank, runner.world_size))
         self._train_frame = self._find_train_frame(runner)
         self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
         self._stop.clear()
@@ -151,6 +192,11 @@ class HangWatchdogHook(Hook):
 
     def after_run(self, runner) -> None:
         self._shutdown()
+        if runner.world_size > 1:
+            try:
+                os.remove(progress_path(runner.work_dir, runner.rank))
+            except OSError:
+                pass
         for pid in self._worker_stack_pids(runner.work_dir):
             try:
                 os.remove(worker_stack_path(runner.work_dir, pid))
@@ -219,6 +265,8 @@ class HangWatchdogHook(Hook):
             if not self._training_still_running():
                 self._train_frame = None
                 return
+            if runner.world_size > 1:
+                self._publish_progress(runner)
             bound = self.bound()
             with self._lock:
                 stalled = time.monotonic() - self._last_tick
@@ -239,6 +287,19 @@ class HangWatchdogHook(Hook):
                 self._stop.set()
                 signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
                 return
+
+    def _publish_progress(self, runner) -> None:
+        """This rank's iterations done, for the other ranks' reports (written by the thread:
+        a rank stuck in the training loop still publishes its true count)."""
+        with self._lock:
+            done = self._last_iter
+        if done is None or done == self._written_progress:
+            return
+        try:
+            write_progress(runner.work_dir, runner.rank, done)
+            self._written_progress = done
+        except OSError:
+            pass
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         message, self._hang_message = self._hang_message, None
@@ -313,7 +374,30 @@ class HangWatchdogHook(Hook):
                  f'time: {time.strftime("%Y-%m-%d %H:%M:%S %Z")}',
                  f'host {socket.gethostname()}, rank {runner.rank} of {runner.world_size}, '
                  f'main process pid {os.getpid()}',
-                 head, '', f'== DataLoader workers ({len(workers)}) ==']
+                 head]
+        if runner.world_size > 1:
+            self._publish_progress(runner)
+            progress = read_progress(runner.work_dir, runner.world_size)
+            behind = ranks_behind(progress)
+            lines += ['', f'== ranks (progress_rank<R>.txt in {runner.work_dir}) ==']
+            for rank, entry in progress.items():
+                mark = '  <- BEHIND' if rank in behind else ''
+                own = ' (this rank)' if rank == runner.rank else ''
+                if entry is None:
+                    lines.append(f'rank {rank}{own}: no progress file{mark}')
+                else:
+                    age = time.time() - entry[1]
+                    lines.append(f'rank {rank}{own}: {entry[0]} training iterations done '
+                                 f'(updated {age:.0f} s ago){mark}')
+            if behind:
+                note = 'ranks behind: ' + ', '.join(
+                    f'rank {r} at ' + (f'{progress[r][0]} iterations' if progress[r] else
+                                       'no progress') for r in behind)
+                if runner.rank not in behind:
+                    note += ' (this rank waits for them)'
+                lines.append(note)
+                head += '; ' + note
+        lines += ['', f'== DataLoader workers ({len(workers)}) ==']
         summaries = []
         for wid, pid, alive, exitcode in workers:
             state = 'alive' if alive else f'dead (exit code {exitcode})'
