@@ -45,12 +45,12 @@ class HangingDataset(TinyFlipDataset):
         return item
 
 
-def make_runner(work_dir: str, on_hang: str) -> Runner:
+def make_runner(work_dir: str, on_hang: str, with_val: bool = False) -> Runner:
     loader = dict(batch_size=4, num_workers=2, collate_fn=dict(type='default_collate'),
                   dataset=HangingDataset(work_dir, osp.join(work_dir, 'release')),
                   sampler=dict(type='DefaultSampler', shuffle=False))
     kwargs = tiny_runner_kwargs(
-        work_dir, max_epochs=1, with_val=False, train_dataloader=loader,
+        work_dir, max_epochs=1, with_val=with_val, train_dataloader=loader,
         custom_hooks=[dict(type='WorkerDefaultsHook', timeout=0),
                       dict(type='HangWatchdogHook', min_timeout=3, on_hang=on_hang,
                            dump_wait=1.0)],
@@ -99,7 +99,7 @@ def test_raise_writes_report_naming_stuck_worker_and_ends_run(tmp_path) -> None:
 
 def test_wait_reports_once_and_lets_the_run_finish_when_the_sample_comes(tmp_path) -> None:
     work_dir = str(tmp_path)
-    runner = make_runner(work_dir, 'wait')
+    runner = make_runner(work_dir, 'wait', with_val=True)  # validation runs under the watchdog
     report = osp.join(work_dir, 'hang_report.txt')
 
     def release_after_report() -> None:

@@ -13,6 +13,10 @@ Worker stacks: every worker registers ``faulthandler`` on SIGUSR2 (``worker_init
 installed by this hook) writing to ``worker_stack_<pid>.txt`` in the work dir; the watchdog sends
 SIGUSR2 to each worker that registered, waits ``dump_wait`` seconds and copies the dumps in.
 
+Distributed: each rank's watchdog thread keeps ``progress_rank<R>.txt`` (iterations done) in
+the shared work dir; a stalled rank's report (rank R > 0: ``hang_report_rank<R>.txt``) lists
+every rank's progress and names the ranks behind.
+
 Then ``on_hang='raise'`` (default) stops the run with :class:`HangDetected` raised in the main
 thread, so the job fails and a scheduler can restart it (``--resume``); ``'wait'`` keeps waiting
 after the report (written once per stall).
@@ -177,6 +181,10 @@ class HangWatchdogHook(Hook):
         self._thread = threading.Thread(target=self._watch, args=(runner,),
                                         name='HangWatchdog', daemon=True)
         self._thread.start()
+
+    def before_val(self, runner) -> None:
+        # The val loop is built on first use, after before_run: wrap its workers' init here.
+        install_worker_stack_dumps(runner.val_loop.dataloader, runner.work_dir)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         self._tick(runner, timed=True)
