@@ -86,6 +86,11 @@ PRIVATE_ATTRIBUTES: dict[str, str] = {
         '_compat.preprocessor_swaps_channels (FastDetDataPreprocessor)',
     'mmengine.model.ImgDataPreprocessor._enable_normalize':
         '_compat.preprocessor_normalizes (FastDetDataPreprocessor)',
+    # torch (read from torch 2.13): a DataLoader iterator's worker processes.
+    'torch.utils.data.dataloader._MultiProcessingDataLoaderIter._workers':
+        '_compat.dataloader_worker_processes (HangWatchdogHook)',
+    'torch.utils.data.dataloader._MultiProcessingDataLoaderIter._shutdown':
+        '_compat.dataloader_worker_processes (HangWatchdogHook)',
 }
 
 # SHA-256 of ``inspect.getsource`` of the method itself (under mmdet's ``autocast_box_type``,
@@ -234,6 +239,25 @@ def dataset_indices(dataset: Any) -> Any:
 def preprocessor_swaps_channels(preprocessor: Any) -> bool:
     """``ImgDataPreprocessor._channel_conversion``: ``bgr_to_rgb`` or ``rgb_to_bgr`` was set."""
     return preprocessor._channel_conversion
+
+
+def dataloader_worker_processes() -> list[tuple[int, Any]]:
+    """``(worker_id, multiprocessing.Process)`` of every live multi-process DataLoader iterator.
+
+    Why a scan of the garbage collector's objects: an epoch-based loop keeps its iterator in a
+    local variable of ``run_epoch``, out of reach; the iterator (torch's
+    ``_MultiProcessingDataLoaderIter``) keeps its workers in ``_workers`` and has no public
+    accessor. Called once, when a hang is being reported, not per iteration.
+    """
+    import gc
+
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+    found = []
+    for obj in gc.get_objects():
+        # type(), not isinstance: isinstance on torch's deprecated proxy objects warns.
+        if type(obj) is _MultiProcessingDataLoaderIter and not obj._shutdown:
+            found.extend(enumerate(obj._workers))
+    return found
 
 
 def preprocessor_normalizes(preprocessor: Any) -> bool:

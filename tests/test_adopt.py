@@ -66,7 +66,8 @@ def test_adopted_zoo_config_builds_its_datasets_with_our_types(zoo_config, elsew
     assert cfg.default_hooks.checkpoint.type == 'AtomicCheckpointHook'
     hook_types = [hook.type for hook in cfg.custom_hooks]
     assert hook_types == ['CpuCheckpointLoadHook', 'ExactResumeHook', 'MemoryWatchHook',
-                          'WorkerDefaultsHook', 'InflightCleanupHook', 'SignalCheckpointHook']
+                          'WorkerDefaultsHook', 'InflightCleanupHook', 'SignalCheckpointHook',
+                          'HangWatchdogHook']
     for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         loader = cfg[name]
         transform_types = [t.type for t in loader.dataset.pipeline]
@@ -102,7 +103,7 @@ adopt(globals())
     assert [(h.type, h.get('interval')) for h in cfg.custom_hooks] == [
         ('EMAHook', None), ('MemoryWatchHook', 7), ('CpuCheckpointLoadHook', None),
         ('ExactResumeHook', None), ('WorkerDefaultsHook', None), ('InflightCleanupHook', None),
-        ('SignalCheckpointHook', None)]
+        ('SignalCheckpointHook', None), ('HangWatchdogHook', None)]
     # mmdet's LoadAnnotations loads no masks unless asked; the swap keeps that.
     assert cfg.val_dataloader.dataset.pipeline[1] == dict(
         type='LoadLazyAnnotations', with_bbox=True, with_mask=False)
@@ -133,7 +134,8 @@ def test_scope_resolves_to_the_configs_inside_the_package(elsewhere):
     assert {hook._scope_ for hook in cfg.custom_hooks} == {'mmdet_ext'}
     built = [type(HOOKS.build(hook)).__name__ for hook in cfg.custom_hooks]
     assert built == ['CpuCheckpointLoadHook', 'ExactResumeHook', 'MemoryWatchHook',
-                     'WorkerDefaultsHook', 'InflightCleanupHook', 'SignalCheckpointHook']
+                     'WorkerDefaultsHook', 'InflightCleanupHook', 'SignalCheckpointHook',
+                     'HangWatchdogHook']
     assert type(HOOKS.build(cfg.default_hooks.checkpoint)).__name__ == 'AtomicCheckpointHook'
 
 

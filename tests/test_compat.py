@@ -134,6 +134,8 @@ def test_private_attribute_exists_on_a_real_object(name: str, make_runner) -> No
             lambda: AspectRatioBatchSampler(SequentialSampler([0]), 1),
         'mmengine.runner.loops._InfiniteDataloaderIterator':
             lambda: _InfiniteDataloaderIterator(DataLoader([0])),
+        'torch.utils.data.dataloader._MultiProcessingDataLoaderIter':
+            lambda: iter(DataLoader([0], num_workers=1)),
     }
     assert hasattr(instances[owner](), attr), changed(
         name, 'no longer exists', _compat.PRIVATE_ATTRIBUTES[name])

@@ -22,6 +22,9 @@ custom_hooks = [
     # SIGTERM / SIGUSR1 (preemption): finish the iteration, save iter_N.pth on all ranks, exit
     # 75; --resume continues at the next batch (docs/hangs_and_resume.md).
     dict(type='SignalCheckpointHook'),
+    # No iteration for max(600 s, 20 x the median iteration time): hang_report.txt in the work
+    # dir (stuck worker, its sample and stack, the main stacks), then HangDetected ends the run.
+    dict(type='HangWatchdogHook', min_timeout=600, k=20, on_hang='raise'),
 ]
 
 default_hooks = dict(
