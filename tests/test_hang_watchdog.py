@@ -16,7 +16,7 @@ from mmengine.runner import Runner
 from mmdet_ext._compat import dataloader_worker_processes
 from mmdet_ext.datasets.inflight import InflightRecord
 from mmdet_ext.engine.hooks import HangDetected, HangWatchdogHook
-from tests.helpers.tiny_runner import TinyFlipDataset, tiny_runner_kwargs
+from helpers.tiny_runner import TinyFlipDataset, TinyLogitMetric, tiny_runner_kwargs
 
 HANG_INDEX = 9  # batch 2 (indices 8-11, no shuffle): worker 0 loads it after batch 0
 
@@ -183,3 +183,23 @@ def test_two_ranks_report_names_the_rank_behind(tmp_path) -> None:
     assert 'rank 1 of 2' in rank1 and 'ranks behind: rank 1 at 2 iterations\n' in rank1, rank1
     # The run went on and finished: the progress files are gone.
     assert not list(work_dir.glob('progress_rank*.txt'))
+
+
+class SlowEvaluationMetric(TinyLogitMetric):
+    """An evaluation that takes longer than the watchdog's bound, as COCO/LVIS evaluation can."""
+
+    def compute_metrics(self, results: list) -> dict[str, float]:
+        time.sleep(5)
+        return super().compute_metrics(results)
+
+
+def test_a_long_evaluation_is_not_a_hang(tmp_path) -> None:
+    from mmengine.evaluator import Evaluator
+    work_dir = str(tmp_path)
+    kwargs = tiny_runner_kwargs(
+        work_dir, max_epochs=1, with_val=True,
+        custom_hooks=[dict(type='HangWatchdogHook', min_timeout=2, on_hang='raise')],
+        log_level='WARNING', experiment_name=f'slow_eval_{os.getpid()}')
+    kwargs['val_evaluator'] = Evaluator(SlowEvaluationMetric())
+    Runner(**kwargs).train()
+    assert not osp.exists(osp.join(work_dir, 'hang_report.txt'))

@@ -15,7 +15,7 @@ custom_hooks = [
     dict(type='MemoryWatchHook', max_memory_fraction=0.9),
     # DataLoader workers: at most the usable CPUs per rank, OpenCV threads off inside them, a
     # timeout so a stuck worker raises, pin_memory when CUDA is there.
-    dict(type='WorkerDefaultsHook', timeout=120),
+    dict(type='WorkerDefaultsHook', timeout=900),
     # inflight_<pid>.txt (the sample each loading process is on) deleted when the run ends
     # normally; kept after a death or hang, where they name the sample.
     dict(type='InflightCleanupHook'),

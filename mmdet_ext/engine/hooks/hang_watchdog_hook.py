@@ -152,6 +152,7 @@ class HangWatchdogHook(Hook):
         self._last_tick = time.monotonic()
         self._last_iter: Optional[int] = None
         self._reported_tick: Optional[float] = None
+        self._evaluating = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -191,8 +192,19 @@ class HangWatchdogHook(Hook):
 
     def after_val_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         self._tick(runner, timed=False)
+        try:
+            last = batch_idx + 1 >= len(runner.val_loop.dataloader)
+        except TypeError:  # an iterable dataset without a length: no pause
+            last = False
+        if last:
+            # The evaluator runs next (COCO or LVIS evaluation: minutes, no iteration ends):
+            # not a hang. The clock restarts in after_val_epoch.
+            with self._lock:
+                self._evaluating = True
 
     def after_val_epoch(self, runner, metrics=None) -> None:
+        with self._lock:
+            self._evaluating = False
         self._tick(runner, timed=False)
 
     def after_train(self, runner) -> None:
@@ -280,7 +292,8 @@ class HangWatchdogHook(Hook):
                 stalled = time.monotonic() - self._last_tick
                 tick, last_iter = self._last_tick, self._last_iter
                 already = self._reported_tick == tick
-            if stalled < bound or already:
+                evaluating = self._evaluating
+            if stalled < bound or already or evaluating:
                 continue
             with self._lock:
                 self._reported_tick = tick

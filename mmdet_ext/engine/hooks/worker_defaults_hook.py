@@ -59,7 +59,7 @@ class WorkerDefaultsHook(Hook):
     priority = 'VERY_HIGH'
 
     def __init__(self, max_workers: Optional[int] = None, pin_memory='auto',
-                 timeout: float = 120) -> None:
+                 timeout: float = 900) -> None:
         if pin_memory not in ('auto', True, False):
             raise ValueError(f"pin_memory must be 'auto', True or False, got {pin_memory!r}")
         self.max_workers = max_workers
