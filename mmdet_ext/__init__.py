@@ -24,6 +24,6 @@ __all__ = [
     '__version__', 'ops', 'AnnotationStore', 'AtomicCheckpointHook', 'CheckpointLoadError',
     'CpuCheckpointLoadHook', 'ExactResumeHook', 'FastDetDataPreprocessor', 'ImageLoadError',
     'LazyCocoDataset', 'LazyInstanceMasks', 'LazyLVISV1Dataset', 'LoadLazyAnnotations',
-    'MemoryWatchError', 'MemoryWatchHook', 'NativeLoadImageFromFile', 'NativeLoadResizeFlip', 'StoreError',
-    'WorkerDefaultsHook', 'build_info', 'fast_collate', 'load_checkpoint_to_cpu'
+    'MemoryWatchError', 'MemoryWatchHook', 'NativeLoadImageFromFile', 'NativeLoadResizeFlip',
+    'StoreError', 'WorkerDefaultsHook', 'build_info', 'fast_collate', 'load_checkpoint_to_cpu'
 ]

@@ -56,8 +56,8 @@ from mmengine import fileio
 from mmengine.logging import print_log
 
 from .._native import _C
-from .coco_columns import (IMAGE_NAME_SOURCES, CocoColumns, name_images, native_reader_available, read_columns,
-                           validate_columns)
+from .coco_columns import (IMAGE_NAME_SOURCES, CocoColumns, name_images, native_reader_available,
+                           read_columns, validate_columns)
 from .coco_store_layout import LAYOUT_VERSION, coco_to_columns, columns_to_sections
 from ..io import file_state, open_regular_file
 from .validation import AnnotationFileError, parse_coco_json
