@@ -67,6 +67,7 @@ def lvis_root(tmp_path_factory):
     annotations.append({'id': 1, 'image_id': 5, 'category_id': 30, 'bbox': [4.0, 5.0, 20.0, 10.0],
                         'area': 200.0,
                         'segmentation': [[4.0, 5.0, 24.0, 5.0, 24.0, 15.0, 4.0, 15.0]]})
+    assert any(a.get('iscrowd') for a in annotations)  # ignore_flag and RLE masks are covered
     categories = [_lvis_category(lvis_id, name) for _, name, lvis_id in LVIS_CATS]
     categories.insert(2, _lvis_category(UNUSED_CAT[2], UNUSED_CAT[1]))
     lvis = {'info': {'description': 'toy LVIS v1'}, 'licenses': [], 'images': images,
