@@ -8,7 +8,7 @@ from . import ops
 from ._native import _C, build_info
 from .config_scope import register_config_scope
 from .collate import fast_collate
-from .datasets import AnnotationStore, LazyCocoDataset, StoreError
+from .datasets import AnnotationStore, LazyCocoDataset, LazyLVISV1Dataset, StoreError
 from .engine import (AtomicCheckpointHook, CheckpointLoadError, CpuCheckpointLoadHook,
                      ExactResumeHook, MemoryWatchError, MemoryWatchHook, WorkerDefaultsHook,
                      load_checkpoint_to_cpu)
@@ -23,7 +23,7 @@ register_config_scope()
 __all__ = [
     '__version__', 'ops', 'AnnotationStore', 'AtomicCheckpointHook', 'CheckpointLoadError',
     'CpuCheckpointLoadHook', 'ExactResumeHook', 'FastDetDataPreprocessor', 'ImageLoadError',
-    'LazyCocoDataset', 'LazyInstanceMasks', 'LoadLazyAnnotations', 'MemoryWatchError',
-    'MemoryWatchHook', 'NativeLoadImageFromFile', 'NativeLoadResizeFlip', 'StoreError',
-    'WorkerDefaultsHook', 'build_info', 'fast_collate', 'load_checkpoint_to_cpu'
+    'LazyCocoDataset', 'LazyInstanceMasks', 'LazyLVISV1Dataset', 'LoadLazyAnnotations',
+    'MemoryWatchError', 'MemoryWatchHook', 'NativeLoadImageFromFile', 'NativeLoadResizeFlip',
+    'StoreError', 'WorkerDefaultsHook', 'build_info', 'fast_collate', 'load_checkpoint_to_cpu'
 ]

@@ -279,6 +279,20 @@ def test_python_reader_fallback_builds_the_same_store(tmp_path, monkeypatch):
     np.testing.assert_array_equal(decoded(python, 'bbox')[0], [1.5, 2.25, 10.0, 12.0])
 
 
+def test_python_reader_fallback_validates_too(toy_coco_root, tmp_path, monkeypatch):
+    """With validation, the Python reader's columns hold the ids validation looks up (it failed
+    with KeyError 'ann_start', then reported every annotation as a duplicate id)."""
+    ann_file = str(toy_coco_root / 'annotations' / 'instances_train.json')
+    validation = dict(img_prefix=str(toy_coco_root / 'train') + '/', mask_root=str(toy_coco_root),
+                      policy={}, max_pixels=1 << 26)
+    native = open_store(ann_file, cache_dir=str(tmp_path / 'n'), validation=validation)
+    monkeypatch.setenv(annotation_store.JSON_READER_ENV, 'python')
+    python = open_store(ann_file, cache_dir=str(tmp_path / 'p'), validation=validation)
+    assert set(native.arrays) == set(python.arrays)
+    for name in set(native.arrays) - {annotation_store.JSON_IDENTITY}:
+        np.testing.assert_array_equal(native[name], python[name], err_msg=name)
+
+
 def test_cached_open_skips_hashing_only_while_the_json_is_unwritten(tmp_path, monkeypatch):
     """A store records the json's identity (inode, size, mtime, ctime); an equal identity opens
     it without hashing the json, any write (even same size, mtime set back) hashes and rebuilds."""

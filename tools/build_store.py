@@ -23,6 +23,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('ann_file', help='COCO instances json')
     parser.add_argument('--cache-dir', help='where to keep the store (default: next to the json)')
+    parser.add_argument('--image-names', choices=('file_name', 'coco_url'), default='file_name',
+                        help="coco_url: LVIS v1's store (LazyLVISV1Dataset), images named by "
+                        'coco_url as mmdet names them')
     args = parser.parse_args()
 
     last_percent = [-1]
@@ -40,7 +43,8 @@ def main() -> None:
               end='', flush=True)
 
     start = time.perf_counter()
-    store = open_store(args.ann_file, args.cache_dir, progress=progress)
+    store = open_store(args.ann_file, args.cache_dir, progress=progress,
+                       image_names=args.image_names)
     seconds = time.perf_counter() - start
     json_size = os.path.getsize(args.ann_file)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB

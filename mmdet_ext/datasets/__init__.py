@@ -2,10 +2,11 @@
 from .annotation_store import AnnotationStore, StoreError, open_store
 from .bad_samples import BadSampleError, BadSampleHandler, TooManyBadSamplesError
 from .lazy_coco import LazyCocoDataset
+from .lazy_lvis import LazyLVISV1Dataset
 from .validation import (DEFAULT_POLICY, AnnotationFileError, DataValidationError,
                          DuplicateIdError, MissingImagesError, Problem, validate_coco)
 
 __all__ = ['DEFAULT_POLICY', 'AnnotationFileError', 'AnnotationStore', 'BadSampleError',
            'BadSampleHandler', 'DataValidationError', 'DuplicateIdError', 'LazyCocoDataset',
-           'MissingImagesError', 'Problem', 'StoreError', 'TooManyBadSamplesError', 'open_store',
-           'validate_coco']
+           'LazyLVISV1Dataset', 'MissingImagesError', 'Problem', 'StoreError',
+           'TooManyBadSamplesError', 'open_store', 'validate_coco']

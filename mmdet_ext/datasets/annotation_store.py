@@ -56,7 +56,8 @@ from mmengine import fileio
 from mmengine.logging import print_log
 
 from .._native import _C
-from .coco_columns import CocoColumns, native_reader_available, read_columns, validate_columns
+from .coco_columns import (IMAGE_NAME_SOURCES, CocoColumns, name_images, native_reader_available,
+                           read_columns, validate_columns)
 from .coco_store_layout import LAYOUT_VERSION, coco_to_columns, columns_to_sections
 from ..io import file_state, open_regular_file
 from .validation import AnnotationFileError, parse_coco_json
@@ -395,16 +396,17 @@ def json_reader() -> str:
 
 def _read_native(source: Union[bytes, str], store_path: str, ann_file: str,
                  record_starts: bool,
-                 progress: Optional[Callable[[int, int], None]]) -> CocoColumns:
+                 progress: Optional[Callable[[int, int], None]],
+                 image_names: str = 'file_name') -> CocoColumns:
     """Columns of a json file, or of json bytes (written to a temporary file beside the store)."""
     if isinstance(source, str):
-        return read_columns(source, record_starts, progress)
+        return read_columns(source, record_starts, progress, image_names)
     temporary = f'{store_path}.json.tmp.{os.getpid()}'
     try:
         with open(temporary, 'wb') as f:
             f.write(source)
         try:
-            return read_columns(temporary, record_starts, progress)
+            return read_columns(temporary, record_starts, progress, image_names)
         except AnnotationFileError as err:
             raise AnnotationFileError(str(err).replace(temporary, ann_file)) from None
     finally:
@@ -416,8 +418,12 @@ def build_store(source: Union[bytes, str, CocoColumns], store_path: str, key: by
                 validation: Optional[dict] = None,
                 backend_args: Optional[dict] = None,
                 ann_file: Optional[str] = None,
-                json_identity: Optional[tuple[int, ...]] = None) -> AnnotationStore:
+                json_identity: Optional[tuple[int, ...]] = None,
+                image_names: str = 'file_name') -> AnnotationStore:
     """Read a COCO json (a local path, its bytes, or its columns), validate it if asked, and write its store.
+
+    ``image_names``: where image file names come from (``coco_columns.name_images``; columns
+    passed in must have been read with the same value).
 
     The native reader (``json_reader()``) streams the file into columns and validates them
     without per-record Python objects (``coco_columns``); the Python reader parses it with
@@ -434,11 +440,13 @@ def build_store(source: Union[bytes, str, CocoColumns], store_path: str, key: by
         columns = source
         source = None  # the columns are freed as soon as the sections exist
     elif json_reader() == 'native':
-        columns = _read_native(source, store_path, ann_file, validation is not None, progress)
+        columns = _read_native(source, store_path, ann_file, validation is not None, progress,
+                               image_names)
     else:
         data = source if isinstance(source, bytes) else _read_bytes(source)
         columns = coco_to_columns(parse_coco_json(data, ann_file), ann_file)
         del data
+        name_images(columns, image_names, from_file=False)
     keep_images = keep_anns = None
     extra: dict[str, np.ndarray] = {}
     if validation is not None:
@@ -520,7 +528,8 @@ def _find_by_identity(directory: str, stem: str, args_hex: Optional[str],
 def open_store(ann_file: str, cache_dir: Optional[str] = None,
                backend_args: Optional[dict] = None,
                progress: Optional[Callable[[int, int], None]] = None,
-               validation: Optional[dict] = None) -> AnnotationStore:
+               validation: Optional[dict] = None,
+               image_names: str = 'file_name') -> AnnotationStore:
     """The store of ``ann_file``: opened from the cache, or built (once) if missing or invalid.
 
     Stores of earlier contents of ``ann_file`` that no process holds are deleted (module doc).
@@ -533,10 +542,19 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
             (native reader), or annotations stored (Python reader).
         validation: ``validate_coco`` keyword arguments (json-serializable), or None to store the
             json unchecked.
+        image_names: ``'file_name'`` (COCO) or ``'coco_url'`` (LVIS v1: the name is the url
+            without ``http://images.cocodataset.org/``, as mmdet's ``LVISV1Dataset`` makes it);
+            see ``coco_columns.name_images``. Part of the store's key and name when not the
+            default, so both kinds of store of one json live side by side.
     """
-    args_hex = None
+    if image_names not in IMAGE_NAME_SOURCES:
+        raise ValueError(f'image_names must be one of {IMAGE_NAME_SOURCES}, not {image_names!r}')
+    args_hex = args = None
     if validation is not None:
         args = json.dumps(validation, sort_keys=True).encode()
+    if image_names != 'file_name':  # default stores keep their existing keys and names
+        args = (args or b'') + b'\0image_names=' + image_names.encode()
+    if args is not None:
         args_hex = hashlib.sha256(args).hexdigest()
     directory, stem = _store_location(ann_file, cache_dir)
     local = not ('://' in ann_file or backend_args)
@@ -560,7 +578,8 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
         if current is not None and stat.S_ISREG(os.stat(ann_file).st_mode) \
                 and json_reader() == 'native':
             pool = ThreadPoolExecutor(1, thread_name_prefix='mmdet_ext_json')
-            speculative = pool.submit(read_columns, ann_file, validation is not None, progress)
+            speculative = pool.submit(read_columns, ann_file, validation is not None, progress,
+                                      image_names)
         try:
             source: Union[bytes, str, CocoColumns]
             identity = None
@@ -571,7 +590,7 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
                 source = ann_file
                 json_digest, identity = _hash_file(ann_file)
             key_digest = json_digest.copy()
-            if validation is not None:
+            if args is not None:
                 key_digest.update(args)
             key = key_digest.digest()
             store_path = osp.join(directory, _store_name(stem, json_digest.hexdigest(), args_hex))
@@ -587,7 +606,7 @@ def open_store(ann_file: str, cache_dir: Optional[str] = None,
                 box = [source]
                 del source
                 store = build_store(box.pop(), store_path, key, progress, validation,
-                                    backend_args, ann_file, record)
+                                    backend_args, ann_file, record, image_names)
                 if identity is not None and _identity(os.stat(ann_file)) != identity:
                     # The json was rewritten while it was hashed and read: the store may hold
                     # another version than its key says. Start over (new contents, new key).

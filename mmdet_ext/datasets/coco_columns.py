@@ -91,8 +91,11 @@ class _Records:
 
 
 def read_columns(path: str, record_starts: bool = False,
-                 progress: Optional[Callable[[int, int], None]] = None) -> CocoColumns:
+                 progress: Optional[Callable[[int, int], None]] = None,
+                 image_names: str = 'file_name') -> CocoColumns:
     """Stream ``path`` into columns and check COCO's layout, as ``parse_coco_json`` does.
+
+    ``image_names='coco_url'`` names images as ``name_images_by_url`` does (LVIS v1).
 
     Raises:
         AnnotationFileError: not UTF-8, not json (truncated, ...), or not COCO's layout; the
@@ -128,7 +131,82 @@ def read_columns(path: str, record_starts: bool = False,
         for key in ('id', 'image_id', 'category_id'):
             value = ann.get(key)
             cols[f'ann_{key}'][index] = value if _is_int64(value) else 0
-    return CocoColumns(path, cols, categories, images, anns)
+    columns = CocoColumns(path, cols, categories, images, anns)
+    if image_names != 'file_name':
+        name_images(columns, image_names, from_file=True)
+    return columns
+
+
+IMAGE_NAME_SOURCES = ('file_name', 'coco_url')
+# What mmdet's LVISV1Dataset removes from "coco_url" to make the file name
+# (e.g. http://images.cocodataset.org/train2017/000000391895.jpg -> train2017/000000391895.jpg).
+COCO_URL_PREFIX = 'http://images.cocodataset.org/'
+
+
+def name_images(columns: CocoColumns, image_names: str, from_file: bool) -> None:
+    """Name every image as ``image_names`` says, in place, before validation and the store.
+
+    ``'coco_url'`` (LVIS v1, whose images carry ``coco_url`` and no ``file_name``): the name is
+    ``coco_url.replace(COCO_URL_PREFIX, '')``, exactly mmdet's ``LVISV1Dataset`` expression,
+    whatever ``file_name`` the record has. The native reader reads only ``file_name`` (an image
+    without one is "irregular"), so here each image record is re-read from its byte range
+    (``from_file``; one small dict at a time, never one per annotation) and the image is made
+    regular again: its id, size and derived name go into the columns, so validation judges it,
+    and its annotations, vectorised as any COCO image. Images whose id or size the columns cannot
+    hold stay irregular dicts, with the derived ``file_name`` (validation reports them as usual).
+
+    Raises:
+        AnnotationFileError: an image has no string ``coco_url`` (names the file and the index).
+    """
+    if image_names not in IMAGE_NAME_SOURCES:
+        raise ValueError(f'image_names must be one of {IMAGE_NAME_SOURCES}, not {image_names!r}')
+    if image_names == 'file_name':
+        return
+    cols = columns.cols
+    num_images = columns.num_images
+    records = None
+    if from_file:
+        starts = cols['img_start']
+        ends = np.append(starts[1:], max(int(cols['section_ends'][0]), 0)) if num_images else starts
+        records = _Records(columns.path)
+    names: list[bytes] = []
+    name_len = np.zeros(num_images, dtype=np.int64)
+    irregular = cols['img_irregular']
+    try:
+        for index in range(num_images):
+            image = columns.irregular_images.get(index)
+            if image is None:
+                image = records.read(int(starts[index]), int(ends[index]))
+            url = image.get('coco_url')
+            if not isinstance(url, str):
+                raise AnnotationFileError(
+                    f'{columns.path}: images[{index}] has "coco_url" = {_printable(url)}, not a '
+                    'string; LVIS v1 names its images by coco_url (mmdet strips '
+                    f'{COCO_URL_PREFIX!r} from it)')
+            image['file_name'] = url.replace(COCO_URL_PREFIX, '')
+            if not _regular_image(image):
+                columns.irregular_images[index] = image
+                irregular[index] = 1
+                continue
+            columns.irregular_images.pop(index, None)
+            irregular[index] = 0
+            cols['img_id'][index] = image['id']
+            cols['img_h'][index], cols['img_w'][index] = image['height'], image['width']
+            data = image['file_name'].encode()
+            names.append(data)
+            name_len[index] = len(data)
+    finally:
+        if records is not None:
+            records.close()
+    cols['img_name_len'] = name_len
+    cols['img_name_bytes'] = np.frombuffer(b''.join(names), dtype=np.uint8).copy()
+
+
+def _regular_image(image: dict) -> bool:
+    """Whether the columns hold ``image`` exactly (what the native reader calls regular)."""
+    height, width = image.get('height'), image.get('width')
+    return (_is_int64(image.get('id')) and _is_int64(height) and _is_int64(width)
+            and height > 0 and width > 0 and _path_problem(image.get('file_name')) is None)
 
 
 def _check_ids(images: dict, anns: dict, path: str) -> None:

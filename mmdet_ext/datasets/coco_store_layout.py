@@ -25,6 +25,7 @@ import numpy as np
 
 from ..structures.coco_rle import compressed_rle_counts
 from .coco_columns import KIND_IRREGULAR, KIND_POLYGON, CocoColumns
+from .validation import _is_int64
 
 MASK_NONE, MASK_POLYGON, MASK_RLE, MASK_PNG = 0, 1, 2, 3
 
@@ -151,7 +152,19 @@ def coco_to_columns(coco: dict, path: str) -> CocoColumns:
         'ann_kind': np.full(len(annotations), KIND_IRREGULAR, np.uint8),
         'ann_nparts': zeros(len(annotations), np.int32), 'part_len': zeros(0, np.int32),
         'coords': zeros(0, np.float64),
+        # What validate_columns reads beside the columns; never used to re-read a record here
+        # (every record is a dict already).
+        'ann_start': zeros(len(annotations), np.int64),
+        'section_ends': np.full(3, -1, np.int64),
     }
+    # As read_columns leaves irregular records: their int64 ids in the columns (validation's
+    # duplicate and image lookups read the columns), 0 where not an int64.
+    for index, image in enumerate(images):
+        cols['img_id'][index] = image['id'] if _is_int64(image.get('id')) else 0
+    for index, ann in enumerate(annotations):
+        for key in ('id', 'image_id', 'category_id'):
+            value = ann.get(key)
+            cols[f'ann_{key}'][index] = value if _is_int64(value) else 0
     return CocoColumns(path, cols, coco.get('categories', []), dict(enumerate(images)),
                        dict(enumerate(annotations)))
 

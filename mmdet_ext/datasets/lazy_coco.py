@@ -75,6 +75,8 @@ class LazyCocoDataset(BaseDetDataset):
     """
 
     METAINFO = CocoDataset.METAINFO
+    # Where image file names come from (annotation_store.open_store's image_names).
+    IMAGE_NAMES = 'file_name'
 
     def __init__(self, *args, store_cache_dir: Optional[str] = None, validate: bool = True,
                  bad_data_policy: Optional[dict[str, str]] = None,
@@ -96,9 +98,11 @@ class LazyCocoDataset(BaseDetDataset):
         if dataset_fully_initialized(self):
             return
         if self.proposal_file is not None:
-            raise ValueError('LazyCocoDataset does not support proposal_file; use CocoDataset')
+            raise ValueError(f'{type(self).__name__} does not support proposal_file; use '
+                             "mmdet's dataset")
         self.store = open_store(self.ann_file, self.store_cache_dir, self.backend_args,
-                                validation=self._validation_args())
+                                validation=self._validation_args(),
+                                image_names=self.IMAGE_NAMES)
         self.cat_ids = self._selected_category_ids()
         self.cat2label = {cat_id: label for label, cat_id in enumerate(self.cat_ids)}
         self._rows = self._filtered_rows()
