@@ -99,7 +99,7 @@ def _train(work_dir: str, max_epochs: int, conn) -> None:
 
 def _open(ann_file: str, go, conn) -> None:
     """A store user (child process): waits for ``go``, then ``open_store`` and report it."""
-    from mmdet_ext.datasets.annotation_store import open_store
+    from mmdet_ext.datasets.annotation_store import IDENTITY_SETTLE_S, open_store
     go.wait()
     store = open_store(ann_file)
     conn.send(dict(images=store.num_images, instances=store.num_instances,
@@ -322,7 +322,7 @@ def store_trials(count: int, root: Path, rng: random.Random, images: int = 5000)
     inside a build (module doc); the json has ``images`` images."""
     ctx = _context()
     from benchmarks.dataset_memory import write_synthetic_coco
-    from mmdet_ext.datasets.annotation_store import open_store
+    from mmdet_ext.datasets.annotation_store import IDENTITY_SETTLE_S, open_store
     tally = Tally()
     folder = root / 'annotations'
     folder.mkdir(parents=True)
@@ -332,6 +332,10 @@ def store_trials(count: int, root: Path, rng: random.Random, images: int = 5000)
     write_synthetic_coco(other, 50, seed=1)
     open_store(str(other))  # another dataset's store in the same folder: must survive
     (folder / 'notes.txt').write_text('the user\'s own file\n')
+    # A store records the json's identity only once the json is older than IDENTITY_SETTLE_S
+    # (a write in the same timestamp tick could go unseen): let it settle, so the reference and
+    # every later build record it alike and can be compared byte for byte.
+    time.sleep(IDENTITY_SETTLE_S + 0.1)
     reference = open_store(str(ann_file), cache_dir=str(root / 'reference'))
     expected = dict(images=reference.num_images, instances=reference.num_instances,
                     key=reference.key.hex())

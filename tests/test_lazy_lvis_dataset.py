@@ -137,9 +137,12 @@ def test_filters_remove_what_they_should(lvis_root):
 
 
 def test_pipeline_samples_equal(lvis_root):
-    pipeline = [dict(type='mmdet.LoadImageFromFile'),
-                dict(type='mmdet.LoadAnnotations', with_bbox=True, with_mask=True),
-                dict(type='mmdet.PackDetInputs')]
+    # Transform objects, not registry names: the registry's scope is whatever earlier tests
+    # left, and mmcv's LoadImageFromFile is not in mmdet's own registry under 'mmdet.'.
+    from mmcv.transforms import LoadImageFromFile
+    from mmdet.datasets.transforms import LoadAnnotations, PackDetInputs
+    pipeline = [LoadImageFromFile(), LoadAnnotations(with_bbox=True, with_mask=True),
+                PackDetInputs()]
     ours, theirs = _pair(lvis_root, pipeline, filter_cfg=dict(filter_empty_gt=True, min_size=32))
     assert len(ours) == len(theirs)
     for idx in range(len(ours)):

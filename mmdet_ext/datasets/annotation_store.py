@@ -44,6 +44,7 @@ import os
 import os.path as osp
 import re
 import stat
+import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -79,7 +80,6 @@ HASH_CHUNK = 8 << 20
 # The json's identity when its store was built (see _find_by_identity): int64 [5].
 JSON_IDENTITY = 'json_identity'
 IDENTITY_SETTLE_S = 2.0
-LOCK_POLL_S = 0.05  # a waiter polls the folder lock (flock has no timeout)
 LOCK_NOTE_INTERVAL_S = 30.0
 
 
@@ -230,28 +230,36 @@ def _folder_lock(directory: str) -> Iterator[None]:
 
 def _wait_for_lock(fd: int, what: str) -> None:
     """Take an exclusive ``flock`` on ``fd``, saying so while another process holds it (a rank
-    building a large store can take a minute; a silent wait looks like a hang)."""
+    building a large store can take a minute; a silent wait looks like a hang).
+
+    The wait itself is a blocking ``flock`` (the kernel wakes the waiter the moment the lock is
+    free, and /proc/locks shows it blocked); a thread writes the notes meanwhile.
+    """
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return
     except BlockingIOError:
         pass
     start = time.monotonic()
-    next_note = start
-    while True:
-        now = time.monotonic()
-        if now >= next_note:
+    done = threading.Event()
+
+    def note_while_waiting() -> None:
+        while True:
             print_log(f'Waiting for another process (worker, rank or job) to finish checking or '
-                      f'building an annotation store in {what} ({now - start:.0f} s so far)',
-                      logger='current', level=20)
-            next_note = now + LOCK_NOTE_INTERVAL_S
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            print_log(f'Done waiting for {what} after {time.monotonic() - start:.1f} s',
-                      logger='current', level=20)
-            return
-        except BlockingIOError:
-            time.sleep(LOCK_POLL_S)
+                      f'building an annotation store in {what} '
+                      f'({time.monotonic() - start:.0f} s so far)', logger='current', level=20)
+            if done.wait(LOCK_NOTE_INTERVAL_S):
+                return
+
+    notes = threading.Thread(target=note_while_waiting, name='StoreLockNotes', daemon=True)
+    notes.start()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    finally:
+        done.set()
+        notes.join()
+    print_log(f'Done waiting for {what} after {time.monotonic() - start:.1f} s',
+              logger='current', level=20)
 
 
 def _lock_file(path: str) -> int:
