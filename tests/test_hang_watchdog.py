@@ -46,7 +46,10 @@ class HangingDataset(TinyFlipDataset):
 
 
 def make_runner(work_dir: str, on_hang: str, with_val: bool = False) -> Runner:
-    loader = dict(batch_size=4, num_workers=2, collate_fn=dict(type='default_collate'),
+    # timeout: if the watchdog never fires, the DataLoader gives up after 60 s and the test
+    # fails instead of hanging CI.
+    loader = dict(batch_size=4, num_workers=2, timeout=60,
+                  collate_fn=dict(type='default_collate'),
                   dataset=HangingDataset(work_dir, osp.join(work_dir, 'release')),
                   sampler=dict(type='DefaultSampler', shuffle=False))
     kwargs = tiny_runner_kwargs(
