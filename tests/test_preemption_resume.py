@@ -152,16 +152,8 @@ def test_two_ranks_agree_save_on_one_ranks_signal_and_resume_exactly(tmp_path):
 def test_skip_draws_aspect_ratio_batches_exactly(toy_coco_root):
     """mmdet's AspectRatioBatchSampler regroups indices: the skip draws its batches (indices
     only) instead of slicing the index list, so the rest of the epoch is the same batches."""
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-
     from mmdet_ext.datasets.sample_seeds import install_resumable_loading
-    init_default_scope('mmdet')
-    cfg = Config.fromfile(str(REPO / 'configs/_base_/datasets/toy_coco_instance.py'))
-    loader_cfg = cfg.train_dataloader.to_dict()
-    loader_cfg['dataset']['data_root'] = f'{toy_coco_root}/'
-    loader_cfg.update(batch_size=3, num_workers=0, persistent_workers=False, timeout=0)
-    loader = Runner.build_dataloader(loader_cfg, seed=5)
+    loader = _toy_train_loader(toy_coco_root, batch_size=3)
     assert type(loader.batch_sampler).__name__ == 'AspectRatioBatchSampler'
     batches = install_resumable_loading(loader, seed=5, rank=0)
     loader.batch_sampler.sampler.set_epoch(1)
@@ -179,16 +171,9 @@ def test_assignments_to_the_wrapped_dataset_reach_the_dataset(toy_coco_root):
     """mmdet's PipelineSwitchHook assigns ``train_dataloader.dataset.pipeline`` (RTMDet's second
     stage): through the per-sample-seed wrapper it must reach the dataset the workers load."""
     from mmcv.transforms import Compose
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
 
     from mmdet_ext.datasets.sample_seeds import install_resumable_loading
-    init_default_scope('mmdet')
-    cfg = Config.fromfile(str(REPO / 'configs/_base_/datasets/toy_coco_instance.py'))
-    loader_cfg = cfg.train_dataloader.to_dict()
-    loader_cfg['dataset']['data_root'] = f'{toy_coco_root}/'
-    loader_cfg.update(batch_size=2, num_workers=0, persistent_workers=False, timeout=0)
-    loader = Runner.build_dataloader(loader_cfg, seed=5)
+    loader = _toy_train_loader(toy_coco_root, batch_size=2)
     inner = loader.dataset
     install_resumable_loading(loader, seed=5, rank=0)
     assert loader.dataset is not inner
@@ -198,3 +183,15 @@ def test_assignments_to_the_wrapped_dataset_reach_the_dataset(toy_coco_root):
     assert inner.pipeline is switched
     batch = next(iter(loader))
     assert 'gt_masks' not in batch['data_samples'][0].gt_instances
+
+
+def _toy_train_loader(toy_coco_root, batch_size: int):
+    """The toy config's train DataLoader (mmdet's AspectRatioBatchSampler), no workers."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    init_default_scope('mmdet')
+    cfg = Config.fromfile(str(REPO / 'configs/_base_/datasets/toy_coco_instance.py'))
+    loader_cfg = cfg.train_dataloader.to_dict()
+    loader_cfg['dataset']['data_root'] = f'{toy_coco_root}/'
+    loader_cfg.update(batch_size=batch_size, num_workers=0, persistent_workers=False, timeout=0)
+    return Runner.build_dataloader(loader_cfg, seed=5)
