@@ -21,10 +21,9 @@ import numpy as np
 
 from .._native import _C
 from .validation import (_INT64, MAX_MISSING_FRACTION, AnnotationFileError, MissingImagesError,
-                         ValidationReport, _Checker, _effective_action, _hashable, _is_int64,
-                         _path_problem, _printable, check_coco_layout, missing_images_message,
-                         resolve_policy, DuplicateIdError, DataValidationError,
-                         MAX_POLYGON_COORDINATE, BBOX_TOLERANCE)
+                         ValidationReport, _Checker, _hashable, _is_int64, _path_problem,
+                         _printable, check_coco_layout, decide_actions, missing_images_message,
+                         resolve_policy, MAX_POLYGON_COORDINATE, BBOX_TOLERANCE)
 from ..io import DEFAULT_MAX_PIXELS
 
 KIND_NONE, KIND_POLYGON, KIND_IRREGULAR = 0, 1, 2
@@ -523,20 +522,8 @@ def validate_columns(columns: CocoColumns, img_prefix: str = '', mask_root: str 
 def _apply_policy(columns: CocoColumns, problems: list, policy: Optional[dict],
                   rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, ValidationReport]:
     """``validation.apply_policy`` on columns: keep masks instead of filtered lists."""
-    policy = resolve_policy(policy)
-    actions = [_effective_action(p, policy[p.kind]) for p in problems]
-    failures = [p for p, a in zip(problems, actions) if a == 'fail']
-    if failures:
-        listing = '\n  '.join(str(p) for p in failures[:20])
-        more = f'\n  ... and {len(failures) - 20} more' if len(failures) > 20 else ''
-        error = DuplicateIdError if any(p.kind.startswith('duplicate_') for p in failures) \
-            else DataValidationError
-        raise error(f'{len(failures)} data problems whose policy is "fail":\n  '
-                    f'{listing}{more}')
+    actions, bad_images, bad_anns = decide_actions(problems, policy)
     cols = columns.cols
-    bad_images = {p.image_id for p, a in zip(problems, actions) if a == 'drop_image'}
-    bad_anns = {(p.image_id, p.ann_id) for p, a in zip(problems, actions)
-                if a == 'drop_instance'}
     keep_images = np.ones(columns.num_images, dtype=bool)
     keep_anns = np.ones(columns.num_anns, dtype=bool)
     int_bad_images = np.array([v for v in bad_images if _is_int64(v)], dtype=np.int64)

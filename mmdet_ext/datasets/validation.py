@@ -600,12 +600,10 @@ def _effective_action(problem: Problem, action: str) -> str:
     return action
 
 
-def apply_policy(coco: dict, problems: list[Problem],
-                 policy: Optional[dict[str, str]] = None) -> tuple[dict, ValidationReport]:
-    """The json without what ``policy`` drops (a shallow copy), and the report.
-
-    ``'report'`` on data the store cannot hold (``Problem.storable`` False) drops it instead; the
-    report says so.
+def decide_actions(problems: list[Problem], policy: Optional[dict[str, str]]
+                   ) -> tuple[list[str], set, set]:
+    """Each problem's action under ``policy``, the image ids to drop and the (image id, ann id)
+    pairs to drop; shared by the json path (``apply_policy``) and the columns path.
 
     Raises:
         DataValidationError: a problem whose action is ``'fail'``; lists all such problems
@@ -624,6 +622,21 @@ def apply_policy(coco: dict, problems: list[Problem],
     bad_images = {p.image_id for p, a in zip(problems, actions) if a == 'drop_image'}
     bad_anns = {(p.image_id, p.ann_id) for p, a in zip(problems, actions)
                 if a == 'drop_instance'}
+    return actions, bad_images, bad_anns
+
+
+def apply_policy(coco: dict, problems: list[Problem],
+                 policy: Optional[dict[str, str]] = None) -> tuple[dict, ValidationReport]:
+    """The json without what ``policy`` drops (a shallow copy), and the report.
+
+    ``'report'`` on data the store cannot hold (``Problem.storable`` False) drops it instead; the
+    report says so.
+
+    Raises:
+        DataValidationError: a problem whose action is ``'fail'``; lists all such problems
+            (``DuplicateIdError``, also an ``AssertionError``, when ids are duplicated).
+    """
+    actions, bad_images, bad_anns = decide_actions(problems, policy)
     images, annotations = coco.get('images', []), coco.get('annotations', [])
     kept_anns = [ann for ann in annotations
                  if _printable(ann.get('image_id')) not in bad_images
