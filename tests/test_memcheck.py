@@ -4,6 +4,7 @@ The planted case (tests/helpers/memory_cases.py): FieldsDataset yields img / box
 ``mask_keeping_collate`` keeps every ``masks`` array it collates, in the workers.
 """
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,11 +92,14 @@ def test_cli_prints_per_process_verdicts(tmp_path):
         "                      allow_failed_imports=False)\n"
         f"train_dataloader = {PLANTED!r}\n")
     out = subprocess.run(
-        [sys.executable, str(REPO_ROOT / 'tools/memcheck.py'), str(config), '--iters', '30',
+        [sys.executable, str(REPO_ROOT / 'tools/memcheck.py'), str(config), '--iters', '40',
          '--workers', '1', '--interval', '1', '--warmup-iters', '10'],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(REPO_ROOT), str(REPO_ROOT / 'tests'), os.environ.get('PYTHONPATH', '')])))
     assert out.returncode == 0, out.stderr
+    # 40 iterations past a 10-iteration warm-up: three 10-iteration spans, the fewest in
+    # which a leak is named. The main process is not blamed (flat, or too short to judge in
+    # so few iterations, depending on how its allocator moved).
     assert 'train.w0      leak' in out.stdout
-    assert 'main          flat' in out.stdout
+    assert re.search(r'main +(flat|too short to judge)', out.stdout), out.stdout

@@ -76,11 +76,11 @@ def test_each_dataset_gets_its_verdict(runs, name, expected):
     for worker in ('train.w0', 'train.w1'):
         assert verdicts[worker]['verdict'] == expected, verdicts[worker]['reason']
         assert verdicts[worker]['lives'] == EPOCHS  # non-persistent: one pid per epoch
-    # The main process is never blamed for the workers. In the copy-on-write run its allocated
-    # memory rises ~20 MiB/1000 iter (~2 MiB in all): too little for a leak, too steady to call
-    # flat, so a 120-iteration run may leave it too short to judge.
-    allowed = ('flat',) if name == 'flat' else ('flat', 'too short to judge')
-    assert verdicts['main']['verdict'] in allowed, verdicts['main']['reason']
+    # The main process is never blamed for the workers. Whether 120 iterations are enough to
+    # call it flat depends on how its allocator moved in this run (tests/test_memory_verdict.py
+    # checks that rule on given samples); a leak it never is.
+    assert verdicts['main']['verdict'] in ('flat', 'too short to judge'), \
+        verdicts['main']['reason']
 
 
 def test_verdicts_are_separated_with_margin(runs):
@@ -100,7 +100,8 @@ def test_warnings_name_the_process_in_the_log(runs):
     work_dir, runner = runs['flat']
     log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
     last = [line for line in log.splitlines() if 'MemoryWatch after' in line][-1]
-    assert re.search(r'main flat \(.*\), train.w0 flat \(.*\), train.w1 flat \(', last), last
+    assert re.search(r'main (flat|too short to judge) \(.*\), train.w0 flat \(.*\), '
+                     r'train.w1 flat \(', last), last
 
 
 def test_samples_reach_message_hub_log_and_visualizer(runs):
@@ -265,11 +266,13 @@ def test_plot_draws_cuda_and_marks_verdicts(tmp_path):
     assert image.shape[0] >= 600 and image[..., :3].std() > 0.05  # two panels: main, CUDA
 
 
-def test_slow_leak_shows_only_after_many_iterations(tmp_path):
+def test_slow_leak_is_named_once_it_lasted_and_stays_named(tmp_path):
     # Persistent workers keeping 4 KiB per sample: 16 MiB/1000 iter each, a leak by the default
-    # thresholds (10 MiB/1000 iter, 4 MiB grown after the 200-iteration warm-up), but too small
-    # to see in the first epochs. The hook's defaults: every iteration sampled at first, the
-    # record thinned as it fills.
+    # thresholds (10 MiB/1000 iter), too small to see in the first epochs. With the default
+    # 200-iteration warm-up and 200-iteration epochs, the rule cannot name it before 3 epochs
+    # past the warm-up (iteration 800); what it says before depends on the samples, so only
+    # "not a leak" is asserted there. The hook's defaults: every iteration sampled at first,
+    # the record thinned as it fills.
     hook = dict(type='MemoryWatchHook', sawtooth_mib=32)
     runner = _runner(tmp_path, dict(type='AppendingDataset', length=1600, leak_kib=4),
                      hook=hook, epochs=4, persistent_workers=True)
@@ -278,15 +281,43 @@ def test_slow_leak_shows_only_after_many_iterations(tmp_path):
     lines = [line for line in log.splitlines() if 'MemoryWatch after' in line]
     assert [line.split('MemoryWatch after ')[1].split(' ')[0] for line in lines] == [
         '200', '400', '600', '800']
-    for early in lines[:2]:  # growing at a leak rate, but not yet by the 4 MiB a leak must show
-        assert 'train.w0 too short to judge' in early, early
+    for early in lines[:3]:
+        assert ' leak (' not in early, early
     assert 'train.w0 leak' in lines[-1] and 'train.w1 leak' in lines[-1], lines[-1]
-    assert re.search(r'main flat \(', lines[-1]), lines[-1]
+    assert not re.search(r'main leak \(', lines[-1]), lines[-1]
     report = json.loads((tmp_path / 'memory.json').read_text())
     verdicts = {v['label']: v for v in report['verdicts']}
     assert verdicts['train.w0']['slope_mib_per_kiter'] == pytest.approx(16, rel=0.25)
     assert verdicts['train.w0']['lives'] == 1
+    assert set(report['meta']['leaks_named_at']) == {'train.w0', 'train.w1'}
     # 800 iterations fit in 400 samples: the interval doubled, the samples span the whole run.
     main = report['series']['main']['iter']
     assert report['meta']['interval'] >= 2 and 200 <= len(main) <= 400
     assert main[0] == 1 and main[-1] == 800
+
+
+def test_a_named_leak_is_not_taken_back_by_the_next_judgement():
+    # The hook remembers what it named. A steady 100 MiB/1000 iter climb is named a leak after
+    # 120 iterations; then the samples start to swing by +-30 MiB around the same climb. A
+    # fresh judgement of all 240 would want a growth of 3x that noise before naming it, but a
+    # leak rate still fits the samples: the named leak stays named.
+    from mmdet_ext.engine.memory import MemoryRecord
+    hook = mmdet_ext.MemoryWatchHook(warmup_iters=10, min_samples=6)
+    iters = list(range(1, 241))
+    anon = [300.0 + 0.1 * i + (0.0 if i <= 120 else 30.0 if i % 2 else -30.0) for i in iters]
+
+    def record_until(last: int) -> MemoryRecord:
+        values = anon[:last]
+        return MemoryRecord.from_dict(dict(series=dict(main=dict(
+            iter=iters[:last], epoch=[0] * last, pid=[1] * last, rss=values, uss=values,
+            pss=values, anon=values)), epoch_starts={'0': 0}))
+
+    hook.record = record_until(120)
+    assert [v.verdict for v in hook._judge_now(120)] == ['leak']
+    assert hook.named_leaks == {'main': 120}
+    hook.record = record_until(240)
+    fresh = hook.record.judge(hook.thresholds)[0]
+    assert fresh.verdict == 'too short to judge', fresh.reason
+    kept = hook._judge_now(240)[0]
+    assert kept.verdict == 'leak' and 'called a leak at iteration 120' in kept.reason, kept
+    assert hook.named_leaks == {'main': 120}

@@ -11,16 +11,24 @@ Importing this module registers them in mmdet_ext's registries, so configs can n
   (a collate function keeps every mask it sees), for memcheck's field bisection.
 * :class:`CachedDictDataset` + ``in_place_decode_collate``: the dataset hands out
   its own cached dicts and the collate function writes decoded masks into them.
+* :class:`OneWorkerLeakDataset`: :class:`AppendingDataset`'s leak in DataLoader worker 0 only.
+* :class:`MainProcessLeakHook`: a hook that keeps ``leak_kib`` KiB per iteration in the main
+  process.
+* :class:`MeanOutputMetric`: a validation metric for :class:`TinyModel`, so that runs can
+  evaluate every epoch.
 """
 import random
 from typing import Dict, List, Sequence
 
 import numpy as np
 import torch
+from mmdet.registry import METRICS
+from mmengine.evaluator import BaseMetric
+from mmengine.hooks import Hook
 from mmengine.model import BaseModel
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset, default_collate, get_worker_info
 
-from mmdet_ext.registry import DATASETS, FUNCTIONS
+from mmdet_ext.registry import DATASETS, FUNCTIONS, HOOKS
 
 
 @DATASETS.register_module()
@@ -84,6 +92,42 @@ class AppendingDataset(Dataset):
     def __getitem__(self, index: int) -> Dict[str, torch.Tensor]:
         self.history.append(np.full(self.leak_kib * 1024, index % 251, dtype=np.uint8))
         return dict(inputs=torch.tensor([float(index)]))
+
+
+@DATASETS.register_module()
+class OneWorkerLeakDataset(AppendingDataset):
+    """:class:`NumpyDatasetFlat`'s samples, but DataLoader worker 0 keeps ``leak_kib`` KiB per
+    access: a leak in one worker only (the others, and the main process, stay flat)."""
+
+    def __getitem__(self, index: int) -> Dict[str, torch.Tensor]:
+        worker = get_worker_info()
+        if worker is not None and worker.id == 0:
+            self.history.append(np.full(self.leak_kib * 1024, index % 251, dtype=np.uint8))
+        return dict(inputs=torch.tensor([float(index)]))
+
+
+@HOOKS.register_module()
+class MainProcessLeakHook(Hook):
+    """Keeps ``leak_kib`` KiB per training iteration in the main process, like a hook that
+    stores every batch's statistics: a leak in the main process."""
+
+    def __init__(self, leak_kib: int = 64) -> None:
+        self.leak_kib = leak_kib
+        self.kept: List[np.ndarray] = []
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        self.kept.append(np.full(self.leak_kib * 1024, batch_idx % 251, dtype=np.uint8))
+
+
+@METRICS.register_module()
+class MeanOutputMetric(BaseMetric):
+    """The mean of :class:`TinyModel`'s outputs over the validation set."""
+
+    def process(self, data_batch, data_samples) -> None:
+        self.results.append(float(torch.as_tensor(data_samples).float().mean()))
+
+    def compute_metrics(self, results: list) -> dict:
+        return dict(mean_output=float(np.mean(results)))
 
 
 @DATASETS.register_module()

@@ -49,7 +49,8 @@ class MemoryWatchHook(Hook):
         check_interval: judge every this many iterations, besides every epoch end (for
             iteration-based training, whose single epoch never ends).
         warmup_iters, warmup_fraction, leak_mib_per_kiter, leak_pct_per_epoch, min_growth_mib,
-            sawtooth_mib, min_samples, flat_growth_pct: the verdict thresholds, see :class:`~..memory.VerdictThresholds`.
+            sawtooth_mib, min_samples, flat_growth_pct, min_leak_blocks: the verdict thresholds,
+            see :class:`~..memory.VerdictThresholds`.
         stop_on_leak: raise :class:`MemoryWatchError` (after writing the report) when a process
             is judged a leak.
         max_memory_fraction: stop the run, with the report written, when the job's total PSS
@@ -82,6 +83,7 @@ class MemoryWatchHook(Hook):
                  sawtooth_mib: float = 32.0,
                  min_samples: int = 6,
                  flat_growth_pct: float = 5.0,
+                 min_leak_blocks: int = 3,
                  stop_on_leak: bool = False,
                  max_memory_fraction: Optional[float] = None,
                  cuda_gap_mib: float = 1024.0,
@@ -105,7 +107,7 @@ class MemoryWatchHook(Hook):
             warmup_iters=warmup_iters, warmup_fraction=warmup_fraction,
             leak_mib_per_kiter=leak_mib_per_kiter, leak_pct_per_epoch=leak_pct_per_epoch,
             min_growth_mib=min_growth_mib, sawtooth_mib=sawtooth_mib, min_samples=min_samples,
-            flat_growth_pct=flat_growth_pct)
+            flat_growth_pct=flat_growth_pct, min_leak_blocks=min_leak_blocks)
         self.stop_on_leak = stop_on_leak
         self.max_memory_fraction = max_memory_fraction
         self.cuda_gap_mib = cuda_gap_mib
@@ -115,6 +117,8 @@ class MemoryWatchHook(Hook):
         self.record = MemoryRecord()
         self.warnings: List[str] = []
         self.verdicts: List[Verdict] = []
+        # label -> iteration of the judgement that first named it a leak (kept, see _judge).
+        self.named_leaks: Dict[str, int] = {}
         self._autograd = KeptGraphDetector() if check_autograd else None
         self._cuda_gap_warned = False
         self._limit_mib = memory_limit_mib()
@@ -188,8 +192,19 @@ class MemoryWatchHook(Hook):
                        f'hands it back to other processes; PYTORCH_CUDA_ALLOC_CONF='
                        f'expandable_segments:True reduces fragmentation.')
 
+    def _judge_now(self, iteration: int) -> List[Verdict]:
+        """Judge every process; a leak, once named, is remembered so that the next judgement
+        takes it back only on evidence against it (``judge_series``'s ``named_leak_at``)."""
+        self.verdicts = self.record.judge(self.thresholds, self.named_leaks)
+        for verdict in self.verdicts:
+            if verdict.verdict == LEAK:
+                self.named_leaks.setdefault(verdict.label, iteration)
+            else:
+                self.named_leaks.pop(verdict.label, None)
+        return self.verdicts
+
     def _judge(self, runner, log_flat: bool) -> None:
-        self.verdicts = self.record.judge(self.thresholds)
+        self._judge_now(runner.iter)
         for verdict in self.verdicts:
             if verdict.verdict in (LEAK, SAWTOOTH):
                 self._warn(runner, self.record.describe(verdict), remember=False)
@@ -208,7 +223,7 @@ class MemoryWatchHook(Hook):
             self.warnings.append(message)
 
     def _stop(self, runner, why: str) -> None:
-        self.verdicts = self.record.judge(self.thresholds)
+        self._judge_now(runner.iter)
         paths = self.write_report(runner)
         summary = '\n  '.join(self.record.describe(v) for v in self.verdicts)
         raise MemoryWatchError(f'MemoryWatch stopped the run: {why}.\n  {summary}\n'
@@ -216,14 +231,15 @@ class MemoryWatchHook(Hook):
 
     def write_report(self, runner) -> List[Path]:
         """Judge now and write ``memory.json`` and ``memory.png``; returns their paths."""
-        self.verdicts = self.record.judge(self.thresholds)
+        self._judge_now(runner.iter)
         out = Path(self.out_dir or runner.work_dir)
         out.mkdir(parents=True, exist_ok=True)
         meta = dict(interval=self.interval, max_samples=self.max_samples,
                     memory_limit_mib=round(self._limit_mib, 1),
                     max_memory_fraction=self.max_memory_fraction,
                     thresholds=asdict(self.thresholds),
-                    iters_per_epoch=self.record.iters_per_epoch())
+                    iters_per_epoch=self.record.iters_per_epoch(),
+                    leaks_named_at=dict(self.named_leaks))
         # Every rank watches its own processes; in a distributed run each writes its own files.
         stem = f'memory_rank{get_rank()}' if get_world_size() > 1 else 'memory'
         json_path = self.record.write_json(out / f'{stem}.json', self.verdicts, self.warnings,

@@ -95,24 +95,28 @@ class MemoryRecord:
         lengths = sorted(b - a for a, b in zip(starts, starts[1:]) if b > a)
         return float(lengths[len(lengths) // 2]) if lengths else None
 
-    def judge(self, thresholds: VerdictThresholds) -> List[Verdict]:
+    def judge(self, thresholds: VerdictThresholds,
+              named_leaks: Optional[Mapping[str, int]] = None) -> List[Verdict]:
         """A verdict for every process and for CUDA (``total`` is reported, not judged).
 
         The main process is judged on anonymous RSS only: its USS also grows when workers copy
         pages away from it, which is the workers' doing.
+
+        Args:
+            thresholds: see :class:`VerdictThresholds`.
+            named_leaks: label -> iteration at which an earlier judgement named it a leak (see
+                ``judge_series``'s ``named_leak_at``).
         """
+        named_leaks = named_leaks or {}
         per_epoch = self.iters_per_epoch()
         verdicts = []
         for label, s in self.series.items():
             if label == TOTAL:
                 continue
-            if label == CUDA:
-                verdicts.append(judge_series(label, s['iter'], s['pid'], s['allocated'],
-                                             None, per_epoch, thresholds))
-            else:
-                uss = None if label == MAIN else s['uss']
-                verdicts.append(judge_series(label, s['iter'], s['pid'], s['anon'], uss,
-                                             per_epoch, thresholds))
+            metric, uss = ((s['allocated'], None) if label == CUDA else
+                           (s['anon'], None if label == MAIN else s['uss']))
+            verdicts.append(judge_series(label, s['iter'], s['pid'], metric, uss, per_epoch,
+                                         thresholds, named_leaks.get(label)))
         return verdicts
 
     def describe(self, verdict: Verdict) -> str:

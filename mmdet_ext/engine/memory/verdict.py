@@ -12,13 +12,17 @@ one log line. Two measurements carry the decision (see ``docs/memory_watch.md``)
   bounded by what the worker inherited, and gone when the worker restarts (non-persistent
   workers): the sawtooth.
 
-A verdict is given only when the samples support it: ``leak`` when even the low end of the
-slope's 95% range is a leak, ``flat`` when even its high end is not (or would add less than
-``flat_growth_pct`` of the process over the judged window), and ``too short to judge`` in
-between, with the numbers that say how far the run got.
+A verdict is given only when the samples support it: ``flat`` when even the high end of the
+slope's 95% range is not a leak (or would add less than ``flat_growth_pct`` of the process over
+the judged window), ``too short to judge`` while the samples allow both, and ``leak`` only on
+evidence that lasts. Memory samples taken one iteration apart are not independent (an allocator
+that grew keeps its size for a while), so the range is widened by the samples' serial
+correlation; and the growth must be seen over ``min_leak_blocks`` blocks of the run (epochs,
+worker lives, or ``warmup_iters``-long spans without epochs) and must already have been a leak
+one block earlier. A growth that one epoch shows and the next takes back is never named.
 """
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -32,6 +36,11 @@ LEAK = 'leak'
 UNKNOWN = 'too short to judge'
 # Share of the pairwise slopes' spread kept as the slope's range (Sen's 95% interval).
 CONFIDENCE_Z = 1.96
+# A leak is named only when the low end of the 99% range is a leak rate: a run is judged at every
+# epoch end, and each look is another chance for noise to pass a 95% gate.
+LEAK_CONFIDENCE_Z = 2.58
+# Serial correlation beyond this is taken as this: the range widens at most sqrt(99) ~ 10x.
+MAX_AUTOCORRELATION = 0.98
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,11 @@ class VerdictThresholds:
             than this percentage of its size (or ``min_growth_mib``, whichever is more) over the
             judged window: no growth this run could see. A longer run
             narrows the range, so a slow leak is named once the run is long enough.
+        min_leak_blocks: a leak is named only when its growth spans at least this many blocks
+            of the judged window (a block is an epoch; a life for restarted workers; a span of
+            ``warmup_iters`` iterations for runs without epochs) and the samples up to the
+            start of the last block were already a leak: the verdict of one block is confirmed
+            by the next before it is said.
     """
 
     warmup_iters: int = 200
@@ -73,6 +87,7 @@ class VerdictThresholds:
     sawtooth_mib: float = 64.0
     min_samples: int = 6
     flat_growth_pct: float = 5.0
+    min_leak_blocks: int = 3
 
     def __post_init__(self) -> None:
         if self.warmup_iters < 0:
@@ -93,6 +108,9 @@ class VerdictThresholds:
                              f'{self.min_growth_mib} and {self.sawtooth_mib}')
         if self.min_samples < 2:
             raise ValueError(f'min_samples must be >= 2, got {self.min_samples}')
+        if self.min_leak_blocks < 2:
+            raise ValueError(f'min_leak_blocks must be >= 2 (a leak is confirmed one block '
+                             f'later), got {self.min_leak_blocks}')
 
 
 @dataclass(frozen=True)
@@ -141,16 +159,21 @@ class Verdict:
 
 
 def theil_sen_range(x: Sequence[float], y: Sequence[float],
-                    groups: Optional[Sequence[int]] = None) -> tuple[float, float, float]:
-    """Theil-Sen slope with Sen's 95% range: ``(slope, low, high)`` in units of y per unit of x.
+                    groups: Optional[Sequence[int]] = None,
+                    z: float = CONFIDENCE_Z) -> tuple[float, float, float]:
+    """Theil-Sen slope with Sen's range: ``(slope, low, high)`` in units of y per unit of x
+    (95% for the default ``z``).
 
     The slope is the median of pairwise slopes ``(y_j - y_i) / (x_j - x_i)``, robust to a few
     outliers; the range is given by the pairwise slopes' order statistics at Kendall's variance
-    (summed over groups). Samples of a memory series are not independent, so the range is a
-    guide, not a guarantee; ``judge_series`` asks for a real growth on top of it.
+    (summed over groups), inflated by ``(1 + r) / (1 - r)`` where ``r`` is the lag-1
+    autocorrelation of the residuals (clipped to [0, MAX_AUTOCORRELATION]): N samples that move
+    together carry the information of fewer independent ones (the correction Hamed and Rao give for the
+    Mann-Kendall test under AR(1) noise), and without it an allocator's slow swing reads as a
+    narrow, confident slope.
 
     Args:
-        x, y: equally long sequences (N,).
+        x, y: equally long sequences (N,), x increasing within each group.
         groups: optional group id per point (N,); only pairs inside one group are used, so
             drops between groups (worker restarts) do not pull the slope down.
 
@@ -173,12 +196,31 @@ def theil_sen_range(x: Sequence[float], y: Sequence[float],
         return 0.0, 0.0, 0.0
     i, j = i[keep], j[keep]
     slopes = np.sort((y[j] - y[i]) / (x[j] - x[i]))
+    slope = float(np.median(slopes))
     n_g = np.unique(g, return_counts=True)[1].astype(np.float64)
-    spread = CONFIDENCE_Z * np.sqrt(np.sum(n_g * (n_g - 1) * (2 * n_g + 5)) / 18.0)
+    variance = np.sum(n_g * (n_g - 1) * (2 * n_g + 5)) / 18.0
+    r = _lag1_autocorrelation(y - slope * x, g)
+    spread = z * np.sqrt(variance * (1.0 + r) / (1.0 - r))
     n = len(slopes)
     low = int(np.clip(np.floor((n - spread) / 2.0), 0, n - 1))
     high = int(np.clip(np.ceil((n + spread) / 2.0), 0, n - 1))
-    return float(np.median(slopes)), float(slopes[low]), float(slopes[high])
+    return slope, float(slopes[low]), float(slopes[high])
+
+
+def _lag1_autocorrelation(residual: np.ndarray, groups: np.ndarray) -> float:
+    """Lag-1 autocorrelation of residuals, each group centred on its median and only
+    neighbours within one group paired; clipped to [0, MAX_AUTOCORRELATION] (0 when it cannot
+    be measured)."""
+    centred = residual.astype(np.float64).copy()
+    for group in np.unique(groups):
+        in_group = groups == group
+        centred[in_group] -= np.median(centred[in_group])
+    same = groups[1:] == groups[:-1]
+    denominator = float(np.sum(centred ** 2))
+    if not same.any() or denominator <= 1e-12:
+        return 0.0
+    r = float(np.sum(centred[1:][same] * centred[:-1][same])) / denominator
+    return float(np.clip(r, 0.0, MAX_AUTOCORRELATION))
 
 
 def theil_sen_slope(x: Sequence[float], y: Sequence[float],
@@ -244,13 +286,85 @@ def _copied(uss: np.ndarray, anon: np.ndarray, lives: np.ndarray) -> Optional[fl
     return float(np.median(copied)) if copied else None
 
 
+class _Fit(NamedTuple):
+    """The slope of the leak metric over some samples (MiB per 1000 iterations, with its 95%
+    range and the low end of its 99% range), the iterations it spans (summed over lives), the
+    growth it implies over them (MiB), the noise around it (MiB) and the low end of the blocks'
+    99% slope range (see :func:`_fit`)."""
+
+    slope: float
+    low: float
+    high: float
+    leak_low: float
+    span: float
+    growth: float
+    noise: float
+    block_low: float
+
+
+def _median_abs_residual(x: np.ndarray, y: np.ndarray, slope_per_iter: float,
+                         groups: np.ndarray) -> float:
+    """Median distance from the fitted line, each group with its own intercept (MiB)."""
+    residual = y - slope_per_iter * x
+    for group in np.unique(groups):
+        residual[groups == group] -= np.median(residual[groups == group])
+    return float(np.median(np.abs(residual))) if len(residual) else 0.0
+
+
+def _fit(iters: np.ndarray, values: np.ndarray, lives: np.ndarray, blocks: np.ndarray,
+         mask: np.ndarray) -> _Fit:
+    """Theil-Sen over the masked samples (pairs within one life only), and over the levels of
+    their blocks: each block's median value at its median iteration.
+
+    The block levels say whether the growth lasted block after block: a handful of levels has a
+    wide slope range, whose low end is a leak rate only when nearly every later block sits above
+    every earlier one. Their scatter around their own line is the slow wander of the level (an
+    allocator that grew holds its size for a while), which the sample-to-sample noise misses:
+    the larger of the two is the noise a leak must rise above. Restarted workers' blocks are
+    their lives, whose levels reset: there the block figures are the samples' own.
+    """
+    it, a, life, block = iters[mask], values[mask], lives[mask], blocks[mask]
+    slope, low, high = (v * 1000.0 for v in theil_sen_range(it, a, life))
+    leak_low = theil_sen_range(it, a, life, LEAK_CONFIDENCE_Z)[1] * 1000.0
+    span = float(sum(np.ptp(it[life == one]) for one in np.unique(life)))
+    noise = _median_abs_residual(it, a, slope / 1000.0, life)
+    block_low = leak_low
+    if len(it) and life[-1] == life[0]:
+        levels = [(np.median(it[block == b]), np.median(a[block == b])) for b in np.unique(block)]
+        bx, by = (np.array(column, dtype=np.float64) for column in zip(*levels))
+        block_slope, block_low, _ = theil_sen_range(bx, by, z=LEAK_CONFIDENCE_Z)
+        block_low *= 1000.0
+        noise = max(noise, _median_abs_residual(bx, by, block_slope, np.zeros(len(bx))))
+    return _Fit(slope, low, high, leak_low, span, slope * span / 1000.0, noise, block_low)
+
+
+def _count(n: int, unit: str) -> str:
+    """``3 epochs``, ``1 worker life``, ``2 worker lives``."""
+    if n == 1:
+        return f'1 {unit}'
+    return f'{n} {unit[:-2]}ves' if unit.endswith('life') else f'{n} {unit}s'
+
+
+def _blocks(iters: np.ndarray, lives: np.ndarray, keep: np.ndarray,
+            iters_per_epoch: Optional[float], t: 'VerdictThresholds') -> tuple[np.ndarray, str]:
+    """Block index per sample, and what a block is: a life for restarted workers, else an
+    epoch (counted from the first judged sample), else ``warmup_iters`` iterations."""
+    if lives[-1] > 0:
+        return lives.copy(), 'worker life'
+    length, unit = ((iters_per_epoch, 'epoch') if iters_per_epoch else
+                    (float(max(1, t.warmup_iters)), f'{max(1, t.warmup_iters)}-iteration span'))
+    first = iters[keep][0] if keep.any() else iters[0]
+    return np.floor((iters - first) / length).astype(np.int64), unit
+
+
 def judge_series(label: str,
                  iters: Sequence[int],
                  pids: Sequence[int],
                  anon: Sequence[float],
                  uss: Optional[Sequence[float]] = None,
                  iters_per_epoch: Optional[float] = None,
-                 thresholds: VerdictThresholds = VerdictThresholds()) -> Verdict:
+                 thresholds: VerdictThresholds = VerdictThresholds(),
+                 named_leak_at: Optional[int] = None) -> Verdict:
     """Judge one series of samples, all in MiB, taken at the given iterations.
 
     Args:
@@ -261,6 +375,11 @@ def judge_series(label: str,
         uss: USS (N,) for processes that can copy on write (workers); ``None`` otherwise.
         iters_per_epoch: iterations per epoch, for the % per epoch figure (optional).
         thresholds: see :class:`VerdictThresholds`.
+        named_leak_at: the iteration at which an earlier judgement of this series named it a
+            leak, if one did. A named leak stays named while a leak rate is still inside the
+            slope's range: the gates that name a leak (growth above the noise, confirmation)
+            sit at a threshold that the next samples may cross back and forth, and a warning
+            should not be taken back on less evidence than gave it.
     """
     it = np.asarray(iters, dtype=np.float64)
     pid = np.asarray(pids)
@@ -273,9 +392,7 @@ def judge_series(label: str,
     lives = _lives(pid)
     n_lives = int(lives[-1]) + 1
     keep, may_leak = _judged_window(it, lives, t)
-    slope, low, high = (v * 1000.0 for v in theil_sen_range(it[keep], a[keep], lives[keep]))
-    span = float(sum(np.ptp(it[keep & (lives == life)]) for life in np.unique(lives[keep])))
-    fitted = slope * span / 1000.0
+    blocks, unit = _blocks(it, lives, keep, iters_per_epoch, t)
     level = float(np.median(a[keep])) if keep.any() else float(a[-1])
 
     def pct(rate: float) -> Optional[float]:
@@ -287,32 +404,49 @@ def judge_series(label: str,
                 or (t.leak_pct_per_epoch is not None and pct(rate) is not None
                     and pct(rate) >= t.leak_pct_per_epoch))
 
+    def grows_at_leak_rate(fit: _Fit) -> bool:
+        return is_leak_rate(fit.leak_low) and fit.growth >= max(t.min_growth_mib, 3.0 * fit.noise)
+
+    def lasts(fit: _Fit) -> bool:
+        return grows_at_leak_rate(fit) and is_leak_rate(fit.block_low)
+
+    fit = _fit(it, a, lives, blocks, keep)
+    slope, low, high, span = fit.slope, fit.low, fit.high, fit.span
     copied = _copied(np.asarray(uss, dtype=np.float64), a, lives) if uss is not None else None
 
     def verdict(name: str, reason: str) -> Verdict:
-        return Verdict(label, name, slope, pct(slope), fitted, copied, n_lives, float(a[-1]),
-                       reason, low, high, span)
+        return Verdict(label, name, slope, pct(slope), fit.growth, copied, n_lives,
+                       float(a[-1]), reason, low, high, span)
 
     if keep.sum() < t.min_samples:
         return verdict(UNKNOWN, f'only {int(keep.sum())} samples after warm-up '
                                 f'(need {t.min_samples})')
-    # Residuals around the fitted line, each life with its own intercept (restarts reset).
-    residual = a[keep] - slope / 1000.0 * it[keep]
-    for life in np.unique(lives[keep]):
-        in_life = lives[keep] == life
-        residual[in_life] -= np.median(residual[in_life])
-    noise = float(np.median(np.abs(residual)))
     per_epoch = f' ({pct(slope):+.1f}%/epoch)' if pct(slope) is not None else ''
-    if is_leak_rate(low) and fitted >= max(t.min_growth_mib, 3.0 * noise):
+    if named_leak_at is not None and is_leak_rate(high):
+        return verdict(LEAK, f'allocated memory grows {slope:+.1f} MiB/1000 iter{per_epoch} '
+                             f'after warm-up (range {low:+.1f}..{high:+.1f}): called a leak at '
+                             f'iteration {named_leak_at}, and a leak rate still fits')
+    if grows_at_leak_rate(fit):
         if not may_leak:
             return verdict(UNKNOWN, f'still growing {slope:+.1f} MiB/1000 iter{per_epoch} '
                                     f'{it[-1] - it[0]:.0f} iterations in, within the '
                                     f'{t.warmup_iters}-iteration warm-up: growth there may be '
                                     f'caches filling up, not a leak')
-        where = (f'within each of {n_lives} lives, so it is not copy-on-write'
-                 if n_lives > 1 else 'and keeps growing')
-        return verdict(LEAK, f'allocated memory grows {slope:+.1f} MiB/1000 iter{per_epoch} '
-                             f'after warm-up {where}: +{fitted:.1f} MiB fitted')
+        n_blocks = len(np.unique(blocks[keep]))
+        before = keep & (blocks < blocks[keep].max())
+        if (n_blocks >= t.min_leak_blocks and span >= t.warmup_iters
+                and before.sum() >= t.min_samples
+                and lasts(fit) and lasts(_fit(it, a, lives, blocks, before))):
+            where = (f'within each of {n_lives} lives, so it is not copy-on-write'
+                     if n_lives > 1 else f'and keeps growing over {_count(n_blocks, unit)}')
+            return verdict(LEAK, f'allocated memory grows {slope:+.1f} MiB/1000 iter{per_epoch}'
+                                 f' after warm-up {where}: +{fit.growth:.1f} MiB fitted')
+        return verdict(UNKNOWN, f'allocated memory grows {slope:+.1f} MiB/1000 iter{per_epoch} '
+                                f'over {span:.0f} iterations after warm-up '
+                                f'({_count(n_blocks, unit)}); it is called a leak once the growth '
+                                f'spans {_count(t.min_leak_blocks, unit)} and at least '
+                                f'{t.warmup_iters} iterations (the warm-up\'s length), lasting '
+                                f'from one {unit} to the next')
     high_growth = max(0.0, high) * span / 1000.0
     tolerance = max(t.min_growth_mib, t.flat_growth_pct / 100.0 * level)
     # The tolerance is for noisy samples whose range holds both a leak rate and none, past the
@@ -331,12 +465,16 @@ def judge_series(label: str,
         return verdict(FLAT, f'allocated memory {slope:+.1f} MiB/1000 iter over {span:.0f} '
                              f'iterations after warm-up ({bound})'
                              + (f', {copied:.1f} MiB copied on write' if copied is not None
+                                else '')
+                             + (f'; called a leak at iteration {named_leak_at}, which the '
+                                f'longer run does not bear out' if named_leak_at is not None
                                 else ''))
     if is_leak_rate(low):
         return verdict(UNKNOWN, f'allocated memory grows {slope:+.1f} MiB/1000 iter{per_epoch}, '
-                                f'but only {fitted:+.1f} MiB over {span:.0f} iterations after '
-                                f'warm-up (a leak must show {max(t.min_growth_mib, 3 * noise):.1f}'
-                                f' MiB); a longer run will tell')
+                                f'but only {fit.growth:+.1f} MiB over {span:.0f} iterations '
+                                f'after warm-up (a leak must show '
+                                f'{max(t.min_growth_mib, 3 * fit.noise):.1f} MiB); a longer run '
+                                f'will tell')
     return verdict(UNKNOWN, f'allocated memory {slope:+.1f} MiB/1000 iter over {span:.0f} '
                             f'iterations after warm-up, range {low:+.1f}..{high:+.1f}: both a '
                             f'leak and none fit the samples; a longer run will tell')
