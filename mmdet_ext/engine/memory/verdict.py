@@ -168,9 +168,9 @@ def theil_sen_range(x: Sequence[float], y: Sequence[float],
     outliers; the range is given by the pairwise slopes' order statistics at Kendall's variance
     (summed over groups), inflated by ``(1 + r) / (1 - r)`` where ``r`` is the lag-1
     autocorrelation of the residuals (clipped to [0, MAX_AUTOCORRELATION]): N samples that move
-    together carry the information of fewer independent ones (the correction Hamed and Rao give for the
-    Mann-Kendall test under AR(1) noise), and without it an allocator's slow swing reads as a
-    narrow, confident slope.
+    together carry the information of fewer independent ones (the correction Hamed and Rao give
+    for the Mann-Kendall test under AR(1) noise), and without it an allocator's slow swing reads
+    as a narrow, confident slope.
 
     Args:
         x, y: equally long sequences (N,), x increasing within each group.
