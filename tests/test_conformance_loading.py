@@ -27,23 +27,33 @@ COLOR_TYPES = ['color', 'grayscale', 'unchanged', 'color_ignore_orientation',
 
 @pytest.fixture(scope='module')
 def image_files(tmp_path_factory) -> dict:
-    """Images of every channel layout the zoo meets: colour JPEG/PNG/BMP, grayscale, RGBA."""
+    """Images of every channel layout and format the zoo meets: colour JPEG/PNG/BMP/WebP (lossy
+    and lossless)/TIFF/PPM/JPEG 2000, grayscale, RGBA."""
     root = tmp_path_factory.mktemp('images')
     rng = np.random.default_rng(0)
     color = rng.integers(0, 256, (23, 31, 3), np.uint8)
     images = {'color.jpg': color, 'color.png': color, 'color.bmp': color,
-              'gray.png': color[:, :, 0], 'gray.jpg': color[:, :, 0],
-              'rgba.png': np.dstack([color, rng.integers(0, 256, (23, 31), np.uint8)])}
+              'color.webp': color, 'lossless.webp': color, 'color.tiff': color,
+              'color.ppm': color, 'gray.pgm': color[:, :, 0],
+              # OpenJPEG's default 6 resolution levels need 32 px a side
+              'color.jp2': rng.integers(0, 256, (37, 53, 3), np.uint8),
+              'gray.tif': color[:, :, 0], 'gray.png': color[:, :, 0], 'gray.jpg': color[:, :, 0],
+              'rgba.png': np.dstack([color, rng.integers(0, 256, (23, 31), np.uint8)]),
+              'rgba.tiff': np.dstack([color, rng.integers(0, 256, (23, 31), np.uint8)])}
     for name, pixels in images.items():
-        cv2.imwrite(str(root / name), pixels)
+        # cv2 writes lossless WebP by default; quality <= 100 is the lossy (VP8) codec
+        params = [cv2.IMWRITE_WEBP_QUALITY, 80] if name == 'color.webp' else []
+        cv2.imwrite(str(root / name), pixels, params)
     return {name: str(root / name) for name in images}
 
 
 @pytest.mark.parametrize('color_type', COLOR_TYPES)
 @pytest.mark.parametrize('to_float32', [False, True])
 @pytest.mark.parametrize('backend_args', [None, dict(backend='local')])
-@pytest.mark.parametrize('name', ['color.jpg', 'color.png', 'color.bmp', 'gray.png', 'gray.jpg',
-                                  'rgba.png'])
+@pytest.mark.parametrize('name', ['color.jpg', 'color.png', 'color.bmp', 'color.webp',
+                                  'lossless.webp', 'color.tiff', 'color.ppm', 'color.jp2',
+                                  'gray.pgm', 'gray.tif', 'gray.png', 'gray.jpg', 'rgba.png',
+                                  'rgba.tiff'])
 def test_load_image_from_file(image_files, name, color_type, to_float32, backend_args):
     args = dict(color_type=color_type, to_float32=to_float32, backend_args=backend_args)
     reference = LoadImageFromFile(**args)(dict(img_path=image_files[name]))

@@ -76,7 +76,7 @@ def test_image_file_corpus(bad_root):
         2: ('image_unreadable', 'empty'),
         3: ('image_unreadable', 'truncated JPEG'),
         4: ('image_unreadable', 'truncated PNG'),
-        5: ('image_unreadable', 'not a JPEG or PNG'),
+        5: ('image_unreadable', 'not an image of a format read here'),
         6: ('image_unreadable', 'decompression bomb'),
         7: ('image_size_mismatch', 'the file is 240x320, the json says 240x321'),
     }

@@ -293,6 +293,56 @@ def test_python_reader_fallback_validates_too(toy_coco_root, tmp_path, monkeypat
         np.testing.assert_array_equal(native[name], python[name], err_msg=name)
 
 
+def _too_big_for_a_double(coco: dict) -> str:
+    """``coco``'s json with every (-)Infinity written as (-)1e400, which rapidjson refuses as
+    "too big to be stored in double" and json.loads reads as (-)inf, plus such numbers (0e400, a
+    400-digit integer, 1e999) in fields nobody reads."""
+    text = json.dumps(coco).replace('-Infinity', '-1e400').replace('Infinity', '1e400')
+    text = text.replace('"area": 25,', '"area": 25, "score": 0e400, "big": 1' + '0' * 400 + ',')
+    return text.replace('"categories": [', '"info": {"v": 1E+0999}, "categories": [')
+
+
+def test_numbers_too_big_for_a_double_drop_the_instance_as_infinity_does(tmp_path, monkeypatch):
+    """1e400 in a bbox or polygon no longer refuses the file (native reader): both readers drop
+    the one instance with the record an Infinity literal gets, and build the same store."""
+    coco = _coco()
+    coco['annotations'][0]['bbox'][2] = float('inf')
+    coco['annotations'][2]['segmentation'][0][3] = float('-inf')
+    big, infinity = tmp_path / 'big.json', tmp_path / 'inf.json'
+    big.write_text(_too_big_for_a_double(coco))
+    infinity.write_text(json.dumps(coco))
+    validation = {'img_prefix': str(tmp_path), 'mask_root': str(tmp_path), 'check_files': False}
+    _assert_same(big, validation)
+    got, _ = _native(big, validation)
+    expected, _ = _native(infinity, validation)
+    assert [asdict(p) for p in got.problems] == [asdict(p) for p in expected.problems]
+    assert [(p.kind, p.ann_id) for p in got.problems] == [('bbox_invalid', 1),
+                                                          ('polygon_invalid', 3)]
+    assert got.actions == ['drop_instance'] * 2
+    stores = {}
+    for reader in ('native', 'python'):
+        monkeypatch.setenv(annotation_store.JSON_READER_ENV, reader)
+        stores[reader] = open_store(str(big), cache_dir=str(tmp_path / reader),
+                                    validation={**validation, 'policy': {}})
+        problems = Path(stores[reader].path + '.problems.jsonl').read_text().splitlines()
+        assert [json.loads(line)['action'] for line in problems] == ['drop_instance'] * 2
+    for name in set(stores['native'].arrays) - {annotation_store.JSON_IDENTITY}:
+        np.testing.assert_array_equal(stores['native'][name], stores['python'][name],
+                                      err_msg=name)
+
+
+@pytest.mark.parametrize('number', ['1e400-5', '01e400', '1e', '1.e400'])
+def test_a_malformed_big_number_is_still_not_json(tmp_path, number):
+    """Only well-formed numbers are re-read: a malformed one stays a parse error naming the file
+    and the byte offset."""
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(_coco()).replace('"area": 25,', f'"area": {number},'))
+    with pytest.raises(AnnotationFileError, match=f'{path}: not valid json at byte'):
+        read_columns(str(path))
+    with pytest.raises(AnnotationFileError):
+        parse_coco_json(path.read_bytes(), str(path))
+
+
 def test_cached_open_skips_hashing_only_while_the_json_is_unwritten(tmp_path, monkeypatch):
     """A store records the json's identity (inode, size, mtime, ctime); an equal identity opens
     it without hashing the json, any write (even same size, mtime set back) hashes and rebuilds."""

@@ -7,9 +7,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <c10/util/StringUtil.h>
@@ -93,6 +96,145 @@ int64_t first_invalid_utf8(const uint8_t* data, int64_t size) {
   return -1;
 }
 
+// A number rapidjson refuses as "too big to be stored in double" (1e400, 0e400, a 400-digit
+// integer) where Python's json reads one (inf, 0.0, an int). `start` is its file offset, `text`
+// its characters as written.
+struct BigNumber {
+  int64_t start;
+  std::string text;
+};
+
+// Whether rapidjson may refuse `text`, a json number, as too big: a positive exponent above 300
+// or more than 300 integer digits (rapidjson refuses from 309 on; the margin costs nothing but
+// re-reading a number it would have read, to the same value). Text that is not a json number
+// (-?int frac? exp?) is left to rapidjson, which refuses it with its own message.
+bool may_be_too_big(const std::string& text) {
+  const auto digits_from = [&text](size_t i) {
+    size_t j = i;
+    while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
+    return j - i;
+  };
+  size_t i = text[0] == '-' ? 1 : 0;
+  const size_t int_digits = digits_from(i);
+  if (int_digits == 0 || (int_digits > 1 && text[i] == '0')) return false;
+  i += int_digits;
+  if (i < text.size() && text[i] == '.') {
+    const size_t frac_digits = digits_from(i + 1);
+    if (frac_digits == 0) return false;
+    i += 1 + frac_digits;
+  }
+  bool big_exponent = false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    const bool negative = i < text.size() && text[i] == '-';
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    const size_t exp_digits = digits_from(i);
+    if (exp_digits == 0) return false;
+    size_t first = i;
+    while (first + 1 < i + exp_digits && text[first] == '0') ++first;  // leading zeros
+    const size_t significant = i + exp_digits - first;
+    big_exponent = !negative && (significant > 3 ||
+                                 (significant == 3 && std::atoi(text.c_str() + first) > 300));
+    i += exp_digits;
+  }
+  return i == text.size() && (int_digits > 300 || big_exponent);
+}
+
+// Every number token outside strings in the file (from byte `base`) that rapidjson may refuse as
+// too big, in file order. A lexer of json's strings and numbers only: run once, and only after
+// rapidjson has refused such a number, so well-formed files never pay for it.
+std::vector<BigNumber> find_big_numbers(FILE* file, int64_t base) {
+  std::vector<BigNumber> found;
+  std::fseek(file, base, SEEK_SET);
+  std::vector<char> buffer(1 << 16);
+  bool in_string = false, escape = false, in_number = false;
+  std::string number;
+  int64_t offset = base, number_start = 0;
+  auto end_number = [&]() {
+    if (may_be_too_big(number)) found.push_back({number_start, number});
+    in_number = false;
+  };
+  for (size_t got; (got = std::fread(buffer.data(), 1, buffer.size(), file)) > 0;) {
+    for (size_t k = 0; k < got; ++k, ++offset) {
+      const char c = buffer[k];
+      if (in_string) {
+        if (escape) {
+          escape = false;
+        } else if (c == '\\') {
+          escape = true;
+        } else if (c == '"') {
+          in_string = false;
+        }
+        continue;
+      }
+      if (in_number) {
+        if ((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-') {
+          number.push_back(c);
+          continue;
+        }
+        end_number();
+      }
+      if (c == '"') {
+        in_string = true;
+      } else if (c == '-' || (c >= '0' && c <= '9')) {
+        in_number = true;
+        number.assign(1, c);
+        number_start = offset;
+      }
+    }
+  }
+  if (in_number) end_number();
+  return found;
+}
+
+// The file stream rapidjson parses, with each BigNumber shown as "0" padded with spaces to its
+// length (so every byte offset stays the file's). The handler asks for the number that was
+// there (take_big_number) and reads its real text itself.
+class BigNumberStream {
+ public:
+  using Ch = char;
+  BigNumberStream(rapidjson::FileReadStream* in, int64_t base, const std::vector<BigNumber>& big)
+      : in_(in), base_(base), big_(big) {}
+
+  Ch Peek() const { return shown(in_->Peek(), position()); }
+  Ch Take() {
+    const int64_t at = position();
+    const Ch c = shown(in_->Take(), at);
+    if (next_ < big_.size()) {
+      const BigNumber& number = big_[next_];
+      if (at == number.start) taken_ = &number;
+      if (at + 1 >= number.start + static_cast<int64_t>(number.text.size())) ++next_;
+    }
+    return c;
+  }
+  size_t Tell() const { return in_->Tell(); }
+  // Read-only stream: rapidjson's insitu interface is never used.
+  Ch* PutBegin() { RAPIDJSON_ASSERT(false); return nullptr; }
+  void Put(Ch) { RAPIDJSON_ASSERT(false); }
+  void Flush() { RAPIDJSON_ASSERT(false); }
+  size_t PutEnd(Ch*) { RAPIDJSON_ASSERT(false); return 0; }
+
+  // The BigNumber whose text rapidjson has just read as "0", once; nullptr otherwise.
+  const BigNumber* take_big_number() {
+    const BigNumber* number = taken_;
+    taken_ = nullptr;
+    return number;
+  }
+
+ private:
+  int64_t position() const { return base_ + static_cast<int64_t>(in_->Tell()); }
+  Ch shown(Ch c, int64_t at) const {
+    if (next_ < big_.size() && at >= big_[next_].start) return at == big_[next_].start ? '0' : ' ';
+    return c;
+  }
+
+  rapidjson::FileReadStream* in_;
+  int64_t base_;
+  const std::vector<BigNumber>& big_;
+  size_t next_ = 0;
+  const BigNumber* taken_ = nullptr;
+};
+
 enum Section { kOther = -1, kImages = 0, kAnnotations = 1, kCategories = 2 };
 const char* const kSectionNames[3] = {"images", "annotations", "categories"};
 
@@ -111,7 +253,7 @@ enum Field {
 
 class Handler {
  public:
-  Handler(const std::string& path, rapidjson::FileReadStream* stream, int64_t base,
+  Handler(const std::string& path, BigNumberStream* stream, int64_t base,
           int64_t file_size, bool record_starts, const ReadProgress& progress)
       : path_(path), stream_(stream), base_(base), file_size_(file_size),
         record_starts_(record_starts), progress_(progress) {}
@@ -134,6 +276,11 @@ class Handler {
   // Numbers arrive as their text (kParseNumbersAsStringsFlag): std::from_chars rounds correctly
   // as Python's float() does, and is many times faster than rapidjson's full-precision path.
   bool RawNumber(const char* s, rapidjson::SizeType len, bool) {
+    if (const BigNumber* big = stream_->take_big_number()) {
+      // rapidjson read "0" where the file has a number too big for it: judge the real one.
+      s = big->text.c_str();
+      len = static_cast<rapidjson::SizeType>(big->text.size());
+    }
     if (skip_depth_ > 0) return true;
     const char* end = s + len;
     bool is_integer = true;
@@ -522,7 +669,7 @@ class Handler {
   };
 
   const std::string& path_;
-  rapidjson::FileReadStream* stream_;
+  BigNumberStream* stream_;
   int64_t base_;
   int64_t file_size_;
   bool record_starts_;
@@ -626,14 +773,33 @@ std::vector<std::pair<std::string, at::Tensor>> read_coco_json(const std::string
   std::fseek(file.get(), base, SEEK_SET);
 
   std::vector<char> buffer(1 << 16);
-  rapidjson::FileReadStream stream(file.get(), buffer.data(), buffer.size());
-  Handler handler(path, &stream, base, size, record_starts, progress);
-  rapidjson::Reader reader;
   constexpr unsigned kFlags = rapidjson::kParseIterativeFlag |
                               rapidjson::kParseNumbersAsStringsFlag |
                               rapidjson::kParseNanAndInfFlag |
                               rapidjson::kParseValidateEncodingFlag;
-  const rapidjson::ParseResult result = reader.Parse<kFlags>(stream, handler);
+  std::vector<BigNumber> big_numbers;
+  std::unique_ptr<rapidjson::FileReadStream> file_stream;
+  std::unique_ptr<BigNumberStream> stream;
+  std::unique_ptr<Handler> handler_owner;
+  rapidjson::ParseResult result;
+  // rapidjson refuses a number too big for a double (1e400) that json.loads reads as inf: the
+  // file is then parsed once more with those numbers hidden from rapidjson (BigNumberStream), so
+  // they reach the records as Infinity does, and validation decides, as with the Python reader.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::fseek(file.get(), base, SEEK_SET);
+    file_stream = std::make_unique<rapidjson::FileReadStream>(file.get(), buffer.data(),
+                                                              buffer.size());
+    stream = std::make_unique<BigNumberStream>(file_stream.get(), base, big_numbers);
+    handler_owner = std::make_unique<Handler>(path, stream.get(), base, size, record_starts,
+                                              progress);
+    rapidjson::Reader reader;
+    result = reader.Parse<kFlags>(*stream, *handler_owner);
+    if (result || result.Code() != rapidjson::kParseErrorNumberTooBig || attempt > 0) break;
+    big_numbers = find_big_numbers(file.get(), base);
+    if (big_numbers.empty()) break;  // not expected (the lexer finds a superset): the error stands
+    handler_owner.reset();  // frees its columns before the next parse makes new ones
+  }
+  Handler& handler = *handler_owner;
   if (!result) {
     if (!handler.error.empty()) throw CocoJsonError(handler.error);
     const int64_t at = base + static_cast<int64_t>(result.Offset());

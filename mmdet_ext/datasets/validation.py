@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from mmengine import fileio
 
-from ..io import (DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError, NotRegularFileError,
-                  file_state, read_image_header, read_regular_file)
+from ..io import (DEFAULT_MAX_PIXELS, FileBytes, ImageHeader, ImageHeaderError,
+                  NotRegularFileError, file_state, read_image_header, read_regular_file)
 from ..io.image_header import jpeg_exif_orientation
 from ..ops import rle_area, rle_from_polygons, rle_from_string
 
@@ -171,19 +171,23 @@ def _read_header(path: str, backend_args: Optional[dict],
     """The file's header, the reason it is unreadable, or None if it does not exist.
 
     Why head + tail: validating a whole dataset must not read every image in full; a local file
-    is read in full only when its frame header is not in the first ``HEAD_BYTES``. A local path
-    that is not a regular file (pipe, socket, device, directory) is refused before it is read.
+    is read in full only when its header is not within its first ``HEAD_BYTES`` and last
+    ``TAIL_BYTES`` (a JPEG frame header after a large EXIF block, a TIFF directory in the
+    middle). A local path that is not a regular file (pipe, socket, device, directory) is refused
+    before it is read.
     """
     try:
         if '://' in path:
-            data = fileio.get(path, backend_args=backend_args)
+            data = FileBytes(fileio.get(path, backend_args=backend_args))
         else:
-            data, size = read_regular_file(path, HEAD_BYTES, TAIL_BYTES)
-            if len(data) < size:
+            head, size = read_regular_file(path, HEAD_BYTES, TAIL_BYTES)
+            data = FileBytes(head[:HEAD_BYTES], head[HEAD_BYTES:], size) if len(head) < size \
+                else FileBytes(head)
+            if len(head) < size:
                 try:
                     read_image_header(data, max_pixels)
                 except ImageHeaderError:
-                    data, _ = read_regular_file(path)  # decide on the whole file
+                    data = FileBytes(read_regular_file(path)[0])  # decide on the whole file
     except (FileNotFoundError, NotADirectoryError):
         return None
     except NotRegularFileError as err:
@@ -196,7 +200,7 @@ def _read_header(path: str, backend_args: Optional[dict],
         header = read_image_header(data, max_pixels)
     except ImageHeaderError as err:
         return str(err)
-    if header.format == 'jpeg' and jpeg_exif_orientation(data) >= 5:
+    if header.format == 'jpeg' and jpeg_exif_orientation(data.head) >= 5:
         # Decoders apply the EXIF rotation: the decoded image is width x height.
         return header._replace(height=header.width, width=header.height, format='jpeg (EXIF '
                                'orientation rotates it by 90 degrees)')
@@ -305,7 +309,7 @@ class _Checker:
             self.add('image_size_mismatch', image_id, None, path,
                      f'the file is {header.height}x{header.width}, the json says '
                      f'{height}x{width}'
-                     + ('' if header.format in ('jpeg', 'png') else f'; {header.format}'))
+                     + (f'; {header.format}' if 'EXIF' in header.format else ''))
 
     def annotation(self, ann: dict, image: dict, category_ids: set) -> None:
         image_id, ann_id = image['id'], ann.get('id')

@@ -3,12 +3,13 @@ from .image_header import (
     DEFAULT_MAX_PIXELS,
     ImageHeader,
     ImageHeaderError,
-    is_jpeg_or_png,
+    image_format,
     read_image_header,
 )
+from .image_formats import BytesNotRead, FileBytes
 from .local_files import (NotRegularFileError, file_state, open_regular_file,
                           read_regular_file)
 
-__all__ = ['DEFAULT_MAX_PIXELS', 'ImageHeader', 'ImageHeaderError', 'NotRegularFileError',
-           'file_state', 'is_jpeg_or_png', 'open_regular_file', 'read_image_header',
-           'read_regular_file']
+__all__ = ['DEFAULT_MAX_PIXELS', 'BytesNotRead', 'FileBytes', 'ImageHeader', 'ImageHeaderError',
+           'NotRegularFileError', 'file_state', 'image_format', 'open_regular_file',
+           'read_image_header', 'read_regular_file']

@@ -6,7 +6,7 @@ import torch
 from mmcv.transforms import LoadImageFromFile
 from mmengine import fileio
 
-from ..io import (DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError, is_jpeg_or_png,
+from ..io import (DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError, image_format,
                   read_image_header, read_regular_file)
 from ..ops import decode_image
 from ..registry import TRANSFORMS
@@ -29,18 +29,20 @@ class ImageFileNotFoundError(ImageLoadError, FileNotFoundError):
 
 def read_image_bytes(filename: str, backend_args: Optional[dict],
                      max_pixels: int) -> tuple[torch.Tensor, Optional[ImageHeader]]:
-    """The file's bytes as Tensor[N] uint8, and its header when it is a JPEG or PNG.
+    """The file's bytes as Tensor[N] uint8, and its header when its format is one
+    ``read_image_header`` reads (JPEG, PNG, BMP, WebP, TIFF, PNM, JPEG 2000).
 
-    A JPEG/PNG whose header declares more than ``max_pixels`` pixels is refused here, before
-    anything is decoded or allocated (decompression bombs). Errors are ``ImageLoadError``s that
-    name the file.
+    Such a file whose header declares more than ``max_pixels`` pixels, or that is truncated, is
+    refused here, before anything is decoded or allocated (decompression bombs). Other formats
+    go to the decoder as they are (OpenCV's own pixel limit bounds them). Errors are
+    ``ImageLoadError``s that name the file.
     """
     try:
         if '://' in filename or backend_args:
             img_bytes = fileio.get(filename, backend_args=backend_args)
         else:  # never blocks on a pipe, never reads a device or a directory
             img_bytes, _ = read_regular_file(filename)
-        header = read_image_header(img_bytes, max_pixels) if is_jpeg_or_png(img_bytes) else None
+        header = read_image_header(img_bytes, max_pixels) if image_format(img_bytes) else None
     except FileNotFoundError as err:
         raise ImageFileNotFoundError(f'cannot load {filename}: no such file') from err
     except (OSError, ImageHeaderError) as err:
@@ -89,9 +91,9 @@ class NativeLoadImageFromFile(LoadImageFromFile):
     always goes through ``decode_image`` (libjpeg for JPEG, OpenCV's C++ API otherwise, bit-exact
     with ``cv2.imdecode``) with the GIL released. Unlike mmcv, a file that cannot be decoded raises
     an error naming the file and the cause (unless ``ignore_empty``), and so does a JPEG whose
-    entropy-coded data libjpeg finds corrupt (mmcv returns garbage pixels for it); a JPEG/PNG whose
-    header declares more than ``max_pixels`` pixels is refused before anything is allocated
-    (decompression bombs), as is a truncated one.
+    entropy-coded data libjpeg finds corrupt (mmcv returns garbage pixels for it); an image (JPEG,
+    PNG, BMP, WebP, TIFF, PNM, JPEG 2000) whose header declares more than ``max_pixels`` pixels
+    is refused before anything is allocated (decompression bombs), as is a truncated one.
     """
 
     def __init__(self, *args, max_pixels: int = DEFAULT_MAX_PIXELS, **kwargs) -> None:

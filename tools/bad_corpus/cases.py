@@ -127,6 +127,48 @@ def _huge_exif_jpeg() -> bytes:
     return data[:2] + app + data[2:]
 
 
+def _encoded(ext: str, *params: int, height: int = HEIGHT, width: int = WIDTH) -> bytes:
+    """An image in the format of ``ext``, as cv2.imwrite writes it (mmcv's own writer)."""
+    image = cv2.imdecode(np.frombuffer(jpeg_bytes(height, width, seed=2), np.uint8),
+                         cv2.IMREAD_COLOR)
+    ok, data = cv2.imencode(ext, image, list(params))
+    assert ok
+    return data.tobytes()
+
+
+def _half(data: bytes) -> bytes:
+    return data[:len(data) // 2]
+
+
+def _corrupt(data: bytes, offset: int, replacement: bytes) -> bytes:
+    return data[:offset] + replacement + data[offset + len(replacement):]
+
+
+def _named_image(ext: str, data: Callable[[], bytes], **size: int) -> Callable[[Path], dict]:
+    """The base dataset with image 2 replaced by ``data()``, named ``000002<ext>`` in the json
+    (and of ``height``/``width`` there, when given)."""
+    def build(case_dir: Path) -> dict:
+        coco = base_coco()
+        write_base(case_dir, coco)
+        (case_dir / _image(2)).unlink()
+        coco['images'][1].update(file_name=f'000002{ext}', **size)
+        (case_dir / IMG_DIR / f'000002{ext}').write_bytes(data())
+        write_json(case_dir, coco)
+        return {}
+    return build
+
+
+def _json_text(edit: Callable[[dict], None], old: bytes, new: bytes) -> Callable[[Path], dict]:
+    """``edit`` the json, then replace ``old`` by ``new`` in its text (numbers json.dumps cannot
+    write, such as 1e400)."""
+    def build(case_dir: Path) -> dict:
+        _edit_json(edit)(case_dir)
+        path = case_dir / ANN_FILE
+        path.write_bytes(path.read_bytes().replace(old, new))
+        return {}
+    return build
+
+
 def _mkfifo(path: Path) -> None:
     os.mkfifo(path)
 
@@ -216,12 +258,33 @@ IMAGE_CASES = [
          _replace_image(2, _write(png_bytes(np.zeros((HEIGHT, WIDTH, 3), np.uint8))[:40])),
          (_image(2), 'PNG')),
     Case('text file named .jpg', 'image', 'drop', _replace_image(2, _write(b'hello world\n' * 9)),
-         (_image(2), 'not a JPEG or PNG')),
+         (_image(2), 'not an image of a format read here')),
     Case('GIF named .jpg', 'image', 'drop', _replace_image(2, _write(_pil_bytes('P', 'GIF'))),
-         (_image(2), 'not a JPEG or PNG'), note='validation reads JPEG/PNG headers only'),
-    Case('BMP named .jpg', 'image', 'drop',
-         _replace_image(2, _write(_pil_bytes('RGB', 'BMP'))), (_image(2), 'not a JPEG or PNG'),
-         note='validation reads JPEG/PNG headers only'),
+         (_image(2), 'not an image of a format read here'),
+         note='no GIF decoder in OpenCV 4.6 nor in the opencv-python wheel mmcv uses'),
+    Case('BMP named .jpg', 'image', 'loads', _replace_image(2, _write(_pil_bytes('RGB', 'BMP'))),
+         note='decoders go by the content, not the name'),
+    Case('WebP image (lossy)', 'image', 'loads',
+         _named_image('.webp', lambda: _encoded('.webp', cv2.IMWRITE_WEBP_QUALITY, 80))),
+    Case('WebP image (lossless)', 'image', 'loads',
+         _named_image('.webp', lambda: _encoded('.webp', cv2.IMWRITE_WEBP_QUALITY, 101))),
+    Case('TIFF image', 'image', 'loads', _named_image('.tif', lambda: _encoded('.tiff'))),
+    Case('BMP image', 'image', 'loads', _named_image('.bmp', lambda: _encoded('.bmp'))),
+    Case('PPM image', 'image', 'loads', _named_image('.ppm', lambda: _encoded('.ppm'))),
+    Case('JPEG 2000 image', 'image', 'loads',
+         _named_image('.jp2', lambda: _encoded('.jp2', height=40, width=48), height=40, width=48),
+         note="40x48: OpenJPEG's default 6 resolution levels need 32 px a side"),
+    Case('truncated WebP', 'image', 'drop',
+         _named_image('.webp', lambda: _half(_encoded('.webp', cv2.IMWRITE_WEBP_QUALITY, 80))),
+         ('000002.webp', 'truncated WebP')),
+    Case('truncated TIFF', 'image', 'drop',
+         _named_image('.tif', lambda: _encoded('.tiff')[:-200]), ('000002.tif', 'truncated TIFF')),
+    Case('truncated BMP', 'image', 'drop',
+         _named_image('.bmp', lambda: _half(_encoded('.bmp'))), ('000002.bmp', 'truncated BMP')),
+    Case('WebP with a corrupt frame header', 'image', 'drop',
+         _named_image('.webp', lambda: _corrupt(_encoded('.webp', cv2.IMWRITE_WEBP_QUALITY, 80),
+                                                23, b'\0\0\0')),
+         ('000002.webp', 'corrupt WebP'), note='the VP8 start code zeroed'),
     Case('named pipe as image', 'image', 'drop', _replace_image(2, _mkfifo),
          (_image(2), 'named pipe')),
     Case('unix socket as image', 'image', 'drop', _replace_image(2, _socket),
@@ -343,6 +406,12 @@ ANNOTATION_CASES = [
          _edit_json(_set_ann(21, bbox=[4, float('nan'), 16, 8])), ('"ann_id": 21', 'finite')),
     Case('infinite bbox', 'annotation', 'drop',
          _edit_json(_set_ann(21, bbox=[4, 4, float('inf'), 8])), ('"ann_id": 21',)),
+    Case('bbox of 1e400 (too big for a double)', 'annotation', 'drop',
+         _json_text(_set_ann(21, bbox=[4, 4, float('inf'), 8]), b'Infinity', b'1e400'),
+         ('"ann_id": 21', 'not finite'), note='json.loads reads inf, as for Infinity'),
+    Case('polygon coordinate of -1e400', 'annotation', 'drop',
+         _json_text(_set_ann(21, segmentation=[[4, 4, 20, float('-inf'), 20, 12]]),
+                    b'-Infinity', b'-1e400'), ('"ann_id": 21', 'non-finite')),
     Case('bbox of 1e30', 'annotation', 'drop', _edit_json(_set_ann(21, bbox=[4, 4, 1e30, 8])),
          ('"ann_id": 21', 'outside')),
     Case('bbox of 3 numbers', 'annotation', 'drop', _edit_json(_set_ann(21, bbox=[4, 4, 16])),
