@@ -114,7 +114,8 @@ def run_once(workload: str, epochs: int) -> dict:
             raise RuntimeError(f'{workload} failed:\n{proc.stderr[-3000:]}')
         logs = sorted(Path(work_dir).rglob('*.log'))
         result = parse_log(logs[-1].read_text())
-    result.update(workload=workload, seconds=round(seconds, 1))
+    result.update(workload=workload, seconds=round(seconds, 1),
+                  load_average=round(os.getloadavg()[0], 2))
     return result
 
 
@@ -190,7 +191,8 @@ def replay(name: str, data: dict) -> dict:
 def write_report(results: List[dict], replays: List[dict], args, out: Path) -> Path:
     rows = ['| workload | CPU | runs | runs with a false leak verdict | false leak warnings '
             '| flaps | leak found at the end | first named (iteration, median / max) '
-            '| s per run |', '|---|---|---:|---:|---:|---:|---:|---|---:|']
+            '| s per run | load average (median) |',
+            '|---|---|---:|---:|---:|---:|---:|---|---:|---:|']
     keyed: Dict[tuple, List[dict]] = {}
     for r in results:
         keyed.setdefault((r['workload'], r['load']), []).append(r)
@@ -208,12 +210,14 @@ def write_report(results: List[dict], replays: List[dict], args, out: Path) -> P
         else:
             found, first = '-', '-'
         seconds = sorted(r['seconds'] for r in runs)[len(runs) // 2]
+        load_average = sorted(r['load_average'] for r in runs)[len(runs) // 2]
         rows.append(f'| {workload} | {load} | {len(runs)} | {false_runs} | {warnings} | {flaps} '
-                    f'| {found} | {first} | {seconds:.0f} |')
+                    f'| {found} | {first} | {seconds:.0f} | {load_average:.1f} |')
     lines = [
         '# Memory watch: false alarms and detections', '',
         f'Command: `PYTHONPATH=.:tests python3 benchmarks/memory_detector.py --repeats '
-        f'{args.repeats} --epochs {args.epochs} --load {args.load}'
+        f'{args.repeats} --planted-repeats {args.planted_repeats} --epochs {args.epochs} '
+        f'--load {args.load}'
         + (f' --workloads {" ".join(args.workloads)}' if args.workloads != list(
             HEALTHY + tuple(PLANTED)) else '')
         + ''.join(f' --replay {p}' for p in args.replay) + '`', '',
@@ -221,8 +225,10 @@ def write_report(results: List[dict], replays: List[dict], args, out: Path) -> P
         f'iterations (batch {BATCH}), MemoryWatchHook at its defaults (warm-up 200 iterations, '
         f'leak >= 10 MiB/1000 iter or 5 %/epoch, min_leak_blocks 3), judged at every epoch end. '
         f'"loaded": two busy-looping processes beside the run on this {os.cpu_count()}-core '
-        f'machine. A flap is a judgement that no longer calls a process a leak after an '
-        f'earlier one did.', '', *rows, '']
+        f'machine; the load average column is the 1-minute load at the end of each run (other '
+        f'work on the machine included), so "idle" is what was asked for, not a promise. A '
+        f'flap is a judgement that no longer calls a process a leak after an earlier one did.',
+        '', *rows, '']
     if replays:
         lines += ['## Recorded series, judged at every epoch end', '',
                   '| series | judgements | leak verdicts | last judgement |', '|---|---:|---:|---|']
@@ -241,7 +247,9 @@ def write_report(results: List[dict], replays: List[dict], args, out: Path) -> P
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--repeats', type=int, default=20)
+    parser.add_argument('--repeats', type=int, default=20, help='runs of each healthy workload')
+    parser.add_argument('--planted-repeats', type=int, default=5,
+                        help='runs of each planted-leak workload')
     parser.add_argument('--epochs', type=int, default=12)
     parser.add_argument('--load', choices=('idle', 'loaded', 'both'), default='both')
     parser.add_argument('--workloads', nargs='+', default=list(HEALTHY + tuple(PLANTED)),
@@ -254,8 +262,10 @@ def main() -> None:
     for load in loads:
         spinners = busy_load(os.cpu_count() or 2) if load == 'loaded' else []
         try:
-            for repeat in range(args.repeats):
+            for repeat in range(max(args.repeats, args.planted_repeats)):
                 for workload in args.workloads:
+                    if repeat >= (args.planted_repeats if workload in PLANTED else args.repeats):
+                        continue
                     run = run_once(workload, args.epochs)
                     run.update(load=load, repeat=repeat)
                     results.append(run)
