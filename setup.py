@@ -63,22 +63,38 @@ if not any(flag.startswith('-O') for flag in os.environ.get('CFLAGS', '').split(
 if not any(flag.startswith('-g') for flag in os.environ.get('CFLAGS', '').split()):
     CXX_FLAGS.append('-g0')
 # What the installed package needs besides torch (whose range comes from the torch built against,
-# torch_requirement()). mmcv and mmengine: the ranges mmdet 3.3 itself accepts.
-INSTALL_REQUIRES = [
-    'mmdet>=3.3.0,<3.4', 'mmcv>=2.0.0rc4,<2.2.0', 'mmengine>=0.7.1,<1.0.0', 'numpy',
-    'pycocotools', 'psutil', 'matplotlib', 'opencv-python',
-]
+# torch_requirement()) and the framework. Not mmengine, mmcv or mmdet: two families install those
+# import names under different distribution names (mmdet_ext/_framework.py), and requiring one
+# family's names would make pip replace the other's packages. They are extras instead
+# (framework_extras()), as mmdet keeps mmcv and mmengine in its own `mminstall` extra; `import
+# mmdet_ext` names whatever is missing or out of range. No opencv-python either: mmengine/mmcv
+# bring a cv2, and requiring this one would install a second beside opencv-python-headless.
+# packaging: the import-time check compares versions with it.
+INSTALL_REQUIRES = ['numpy', 'pycocotools', 'psutil', 'matplotlib', 'packaging']
 # Written next to the built extension: what it was compiled against, read by
 # mmdet_ext._native before loading it (refusing another torch with a clear message) and by
 # python -m mmdet_ext.info.
 BUILD_CONFIG_NAME = '_build_config.json'
 
 
-def load_build_hash_module():
-    spec = importlib.util.spec_from_file_location('_build_hash', ROOT / 'mmdet_ext' / '_build_hash.py')
+def load_package_module(name: str):
+    """mmdet_ext/<name>.py, loaded on its own (importing the package would import mmdet)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / 'mmdet_ext' / f'{name}.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def framework_extras() -> dict[str, list[str]]:
+    """One extra per family, `pip install mmdet_ext[openmmlab]` or `[onedl]`: its mmengine, mmcv
+    and mmdet in the ranges the import-time check accepts (mmdet_ext/_framework.py, FAMILIES)."""
+    families = load_package_module('_framework').FAMILIES
+    extras = {family: [f'{dist}{spec}' for dist, spec in packages.values()]
+              for family, packages in families.items()}
+    # OpenMMLab's mmengine (0.10.7) imports pkg_resources, which setuptools 82 dropped, to resolve
+    # `pkg::` config paths (mmdet::, mmdet_ext::); the fork's reads importlib.metadata instead.
+    extras['openmmlab'].append('setuptools<82')
+    return extras
 
 
 def pkg_config(package: str, *args: str) -> Optional[list[str]]:
@@ -162,7 +178,7 @@ def building_for_cuda() -> bool:
 
 
 def make_extension():
-    build_hash = load_build_hash_module()
+    build_hash = load_package_module('_build_hash')
     libraries, notes = optional_libraries()
     sources = [str(p.relative_to(ROOT)) for p in build_hash.native_sources(CSRC)]
     moved = [s for s in SOURCES_NEEDING if s not in sources]
@@ -241,5 +257,6 @@ setup(
     ext_modules=[make_extension()],
     cmdclass={'build_ext': BuildExtensionWithConfig},
     install_requires=INSTALL_REQUIRES + [torch_requirement()],
+    extras_require=framework_extras(),
     zip_safe=False,
 )

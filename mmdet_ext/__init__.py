@@ -2,8 +2,15 @@
 
 ``import mmdet_ext`` (or ``custom_imports = dict(imports=['mmdet_ext'])`` in a config) loads the
 native extension, which registers ``torch.ops.mmdet_ext.*``, and registers the plugin's
-transforms, datasets and hooks into mmdet's registries.
+transforms, datasets and hooks into mmdet's registries. First of all it checks, from package
+metadata, that mmengine, mmcv and mmdet are installed in a range it supports, from either family
+(OpenMMLab's or the onedl fork's; ``mmdet_ext/_framework.py``).
 """
+# The check first: every import below imports mmengine, mmcv or mmdet.
+from ._framework import require_framework
+
+require_framework()
+
 from . import ops
 from ._native import _C, build_info
 from .config_scope import register_config_scope

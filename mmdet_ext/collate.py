@@ -38,8 +38,8 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
 
     Args:
         data_batch: samples, each ``{'inputs': Tensor[C, H_i, W_i], 'data_samples': ...}``
-            (any dtype, all the same; uint8 from the standard pipeline); other batches go to
-            ``pseudo_collate``.
+            (uint8 from the standard pipeline; another dtype, all the same, when the metainfo
+            says the tensor is the image); other batches go to ``pseudo_collate``.
         pad_size_divisor: the batch's height and width are rounded up to a multiple of this.
             ``FastDetDataPreprocessor`` crops or pads the batch to its own divisor, so leave it
             at 1 (no padding beyond the largest image) unless another consumer needs it.
@@ -166,12 +166,31 @@ def _collate_deferred(data_batch: Sequence, warps: list, pin_memory: bool) -> di
 
 
 def _has_fast_path(data_batch: Sequence) -> bool:
-    """Whether every sample is a dict whose ``inputs`` is a Tensor[C, H, W], all of one dtype,
-    device and channel count."""
+    """Whether every sample is a dict whose ``inputs`` is an image (:func:`_is_image`), all of
+    one dtype, device and channel count."""
     if not all(isinstance(sample, dict) and isinstance(sample.get('inputs'), torch.Tensor)
                for sample in data_batch):
         return False
     first = data_batch[0]['inputs']
-    return all(sample['inputs'].dim() == 3 and sample['inputs'].dtype == first.dtype
+    return all(_is_image(sample) and sample['inputs'].dtype == first.dtype
                and sample['inputs'].device == first.device
                and sample['inputs'].shape[0] == first.shape[0] for sample in data_batch)
+
+
+def _is_image(sample: dict) -> bool:
+    """Whether ``sample['inputs']`` is an image: a Tensor[C, H, W] of uint8 pixels, or of another
+    dtype (``to_float32``, ``PhotoMetricDistortion``) whose H, W are its sample's ``img_shape``
+    or ``pad_shape`` (``PackDetInputs``' metainfo).
+
+    Why not every 3-D tensor: mmengine's ``pseudo_collate`` keeps other tensors (features, any
+    float ``inputs``) as a list of the very objects it was given, and code written against it
+    relies on that; nothing but the metainfo tells a float image from such a tensor.
+    """
+    inputs = sample['inputs']
+    if inputs.dim() != 3:
+        return False
+    if inputs.dtype == torch.uint8:
+        return True
+    metainfo = getattr(sample.get('data_samples'), 'metainfo', {})
+    return any(tuple(metainfo[key][:2]) == tuple(inputs.shape[1:])
+               for key in ('img_shape', 'pad_shape') if key in metainfo)

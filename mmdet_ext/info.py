@@ -2,25 +2,32 @@
 
 Prints the version and location, the torch the extension was compiled against next to the one
 running (importing mmdet_ext refuses another minor version with a message naming both), the CUDA
-kernels and architectures compiled in, and the optional parts (OpenCV, libjpeg) built with.
+kernels and architectures compiled in, the optional parts (OpenCV, libjpeg) built with, and the
+distribution (and family) that installed mmengine, mmcv and mmdet: ``mmcv`` under OpenMMLab,
+``onedl-mmcv`` under the fork, both installing the import name ``mmcv``.
 """
-import importlib.metadata
+import importlib.util
 import sys
 from pathlib import Path
 
 import torch
 
 from . import __version__
+from ._framework import IMPORT_NAMES, installed_providers
 from ._native import build_info, read_build_config
 
-UPSTREAM = ('mmengine', 'mmcv', 'mmdet')
 
-
-def _installed_version(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
+def _installed(import_name: str) -> str:
+    """The version and distribution behind ``import_name``, whichever family installed it."""
+    providers = installed_providers()[import_name]
+    if providers:
+        return ', '.join(f'{p.version} ({p.distribution}'
+                         f'{f", {p.family}" if p.family else ", unsupported"})'
+                         for p in providers)
+    spec = importlib.util.find_spec(import_name)
+    if spec is None or spec.origin is None:
         return 'not installed'
+    return f'no distribution metadata ({spec.origin})'
 
 
 def collect_env() -> dict[str, str]:
@@ -42,7 +49,7 @@ def collect_env() -> dict[str, str]:
                       else 'not built (stores are built by json.loads; docs/annotation_store.md)'),
         'source hash': info['source_hash'],
     }
-    env.update({name: _installed_version(name) for name in UPSTREAM})
+    env.update({name: _installed(name) for name in IMPORT_NAMES})
     env['python'] = sys.version.split()[0]
     return env
 

@@ -197,3 +197,29 @@ def test_any_batch_pseudo_collate_accepts(batch):
             fast_collate(batch)
         return
     assert_same_structure(fast_collate(batch), expected)
+
+
+# -- issue 28: mmengine's own pseudo_collate test, fast_collate swapped in ----------------------
+def test_float_tensors_that_are_not_images_stay_a_list_of_the_same_objects():
+    """mmengine's ``test_pseudo_collate``: float ``inputs`` without image metainfo come back as
+    ``pseudo_collate`` gives them, a list holding the very tensors and data elements."""
+    from mmengine.structures import BaseDataElement
+    inputs = [torch.randn(1, 3, 5), torch.randn(1, 3, 5)]
+    for samples in ([torch.randn(1), torch.randn(1)],
+                    [BaseDataElement(label=torch.tensor(1)), BaseDataElement(label=torch.tensor(1))]):
+        batch = [dict(inputs=i, data_sample=s) for i, s in zip(inputs, samples)]
+        ours, reference = fast_collate(batch), pseudo_collate(batch)
+        assert_same_structure(ours, reference)
+        assert ours.keys() == {'inputs', 'data_sample'}
+        assert all(a is b for a, b in zip(ours['inputs'], inputs))
+        assert all(a is b for a, b in zip(ours['data_sample'], samples))
+
+
+def test_float_images_with_their_metainfo_keep_the_fast_path():
+    """A float image (``to_float32``) is told from other tensors by its ``img_shape``."""
+    from mmdet.structures import DetDataSample
+    batch = [dict(inputs=torch.rand(3, h, w),
+                  data_samples=DetDataSample(metainfo=dict(img_shape=(h, w))))
+             for h, w in ((4, 6), (5, 3))]
+    ours = fast_collate(batch)
+    assert ours['inputs'].shape == (2, 3, 5, 6) and ours['input_shapes'] == [(4, 6), (5, 3)]

@@ -2,9 +2,14 @@
 constructor argument, on a COCO set whose image files all exist: the same length, metainfo,
 category maps, data infos and samples.
 
-Not here (the bad-data suite owns them): images missing at build time, duplicate annotation ids
-and their exception types.
+Not here (the bad-data suite owns them): images missing at build time, and the other data
+problems and their exception types; here only the duplicate annotation id's message, which mmdet's
+users match by its text.
 """
+import json
+import re
+import shutil
+
 import numpy as np
 import pytest
 from mmdet.datasets import CocoDataset
@@ -33,11 +38,14 @@ ARGUMENTS = {
 }
 
 
+def dataset_arguments(root, split: str, arguments: dict) -> dict:
+    return dict(data_root=str(root), ann_file=f'annotations/instances_{split}.json',
+                data_prefix=dict(img=f'{split}/'), pipeline=[], metainfo=dict(classes=CLASSES),
+                **arguments)
+
+
 def build_pair(root, split: str, arguments: dict) -> tuple:
-    common = dict(data_root=str(root), ann_file=f'annotations/instances_{split}.json',
-                  data_prefix=dict(img=f'{split}/'), pipeline=[],
-                  metainfo=dict(classes=CLASSES))
-    common.update(arguments)
+    common = dataset_arguments(root, split, arguments)
     return LazyCocoDataset(**common), CocoDataset(**common)
 
 
@@ -65,3 +73,21 @@ def test_the_filter_keeps_the_same_images(toy_coco_root):
     ids = [ours.get_data_info(i)['img_id'] for i in range(len(ours))]
     assert ids == [reference.get_data_info(i)['img_id'] for i in range(len(reference))]
     assert np.all(np.diff(ids) > 0) or len(ids) < 2
+
+
+def test_duplicate_annotation_ids_fail_with_mmdets_message(toy_coco_root, tmp_path):
+    """mmdet asserts ``Annotation ids in '<ann_file>' are not unique!``; ours says the same
+    (an AssertionError too), then lists the duplicates."""
+    root = tmp_path / 'root'
+    shutil.copytree(toy_coco_root, root)
+    ann_path = root / 'annotations' / 'instances_train.json'
+    coco = json.loads(ann_path.read_text())
+    coco['annotations'][1]['id'] = coco['annotations'][0]['id']
+    ann_path.write_text(json.dumps(coco))
+    expected = re.escape(f"Annotation ids in '{ann_path}' are not unique!")
+    with pytest.raises(AssertionError, match=expected):
+        CocoDataset(**dataset_arguments(root, 'train', {}))
+    with pytest.raises(AssertionError, match=expected) as ours:
+        LazyCocoDataset(**dataset_arguments(root, 'train', {}),
+                        store_cache_dir=str(tmp_path / 'stores'))
+    assert 'duplicate_ann_id' in str(ours.value)

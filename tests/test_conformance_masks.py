@@ -327,3 +327,44 @@ def test_the_bitmap_flavour_takes_bitmap_masks_constructor_input(sample):
     assert isinstance(random_masks, BitmapMasks) and random_masks.masks.shape == (3, 9, 7)
     with pytest.raises(AssertionError):
         type(ours)(np.zeros((2, 5, 5), np.uint8), reference.height + 5, reference.width)
+
+
+# -- issue 28: instances without polygon parts, as PolygonMasks indexes them --------------------
+def _with_empty_instance() -> list:
+    """Three instances, the middle one with no parts (PolygonMasks accepts it anywhere but first)."""
+    square = np.array([1.0, 1.0, 5.0, 1.0, 5.0, 5.0, 1.0, 5.0])
+    return [[square], [], [square + 2]]
+
+
+@pytest.mark.parametrize('index', [
+    1, -2, np.int64(1), np.array(1), True, 0, [1], [1, 0], [0, 1], np.array([1, 2]),
+    np.array([False, True, True]), np.array(True), slice(1, None), slice(0, None), [],
+], ids=repr)
+def test_polygon_flavour_indexes_an_instance_without_parts_as_polygon_masks(index):
+    """An int selecting it gives no instances (iterating yields nothing); a selection starting
+    with it raises IndexError (PolygonMasks' constructor reads masks[0][0])."""
+    reference = PolygonMasks(_with_empty_instance(), 10, 10)
+    ours = LazyPolygonMasks(_with_empty_instance(), 10, 10)
+    try:
+        expected = reference[index]
+    except Exception as error:
+        with pytest.raises(type(error)):
+            ours[index]
+        return
+    selected = ours[index]
+    assert type(selected) is LazyPolygonMasks
+    assert_same_polygons(list(selected), list(expected))
+    assert_same_polygons(selected.masks, expected.masks)
+
+
+def test_iterating_polygon_flavour_yields_polygon_masks_members():
+    raw = [[np.array([0.0, 0, 4, 0, 4, 4])], [np.array([1.0, 1, 5, 1, 5, 5]),
+                                             np.array([6.0, 6, 8, 6, 8, 8])], []]
+    reference, ours = PolygonMasks(raw, 10, 10), LazyPolygonMasks(raw, 10, 10)
+    for index in (slice(None), [2], 2, -1, [0, 2]):
+        try:
+            expected = list(reference[index])
+        except IndexError:
+            continue
+        assert_same_polygons(list(ours[index]), expected)
+    assert_same_polygons(list(ours), list(reference))

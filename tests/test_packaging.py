@@ -19,8 +19,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 import mmdet_ext
+from mmdet_ext._framework import FAMILIES, Provider, problems
 from mmdet_ext._native import BUILD_CONFIG
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -49,10 +52,23 @@ def test_wheel_declares_its_dependencies(built):
         metadata = next(n for n in wheel.namelist() if n.endswith('.dist-info/METADATA'))
         requires = [line.split(':', 1)[1].strip() for line in
                     wheel.read(metadata).decode().splitlines() if line.startswith('Requires-Dist')]
-    names = {r.split('<')[0].split('>')[0].split('=')[0].strip() for r in requires}
-    assert {'mmdet', 'mmcv', 'mmengine', 'torch', 'numpy', 'pycocotools', 'psutil'} <= names
+    hard = [r for r in requires if 'extra ==' not in r]
+    names = {r.split('<')[0].split('>')[0].split('=')[0].strip() for r in hard}
+    assert {'torch', 'numpy', 'pycocotools', 'psutil', 'packaging'} <= names
+    # Neither family's framework, nor a cv2 distribution: pip would replace the user's.
+    assert not names & {'mmdet', 'mmcv', 'mmengine', 'onedl-mmdetection', 'onedl-mmcv',
+                        'onedl-mmengine', 'opencv-python'}
     major, minor = torch.__version__.split('.')[:2]
     assert f'torch<{major}.{int(minor) + 1},>={major}.{minor}' in requires
+    extras = {}
+    for requirement in map(Requirement, requires):
+        for family in FAMILIES:
+            if requirement.marker is not None and requirement.marker.evaluate({'extra': family}):
+                extras.setdefault(family, set()).add(f'{requirement.name}{requirement.specifier}')
+    expected = {family: {f'{dist}{SpecifierSet(spec)}' for dist, spec in packages.values()}
+                for family, packages in FAMILIES.items()}
+    expected['openmmlab'].add('setuptools<82')  # OpenMMLab's mmengine imports pkg_resources
+    assert extras == expected
 
 
 def test_wheel_carries_configs_and_build_record_but_no_debug_info(built, tmp_path):
@@ -82,8 +98,10 @@ from mmengine.config import Config
 from mmdet.registry import DATASETS
 from mmengine.registry import DefaultScope
 
+# The hard requirements and the extra of the family installed here.
 unmet = [str(r) for r in map(Requirement, importlib.metadata.requires('mmdet_ext'))
-         if not r.specifier.contains(importlib.metadata.version(r.name), prereleases=True)]
+         if (r.marker is None or r.marker.evaluate({'extra': 'openmmlab'}))
+         and not r.specifier.contains(importlib.metadata.version(r.name), prereleases=True)]
 mask = torch.zeros(4, 5, dtype=torch.uint8)
 mask[1:3, 2:4] = 1
 counts = torch.ops.mmdet_ext.rle_encode(mask)
@@ -168,8 +186,7 @@ def test_info_reports_the_running_build():
     result = subprocess.run([sys.executable, '-m', 'mmdet_ext.info'], capture_output=True,
                             text=True, timeout=300, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = dict(re.fullmatch(r'(.+?) {2,}(.*)', line).groups()
-                 for line in result.stdout.splitlines())
+    lines = _info_lines(result.stdout)
     info = mmdet_ext.build_info()
     assert lines['mmdet_ext'] == f'{mmdet_ext.__version__} ({Path(mmdet_ext.__file__).parent})'
     assert lines['torch (running)'].startswith(torch.__version__)
@@ -178,3 +195,108 @@ def test_info_reports_the_running_build():
     else:
         assert lines['OpenCV'].startswith('not built')
     assert lines['source hash'] == info['source_hash']
+    assert lines['mmdet'].startswith(('3.3', '3.5'))  # and names the distribution behind it
+
+
+def _info_lines(stdout: str) -> dict:
+    """``python -m mmdet_ext.info``'s table, from its first row on: importing mmdet may print
+    before it (the onedl fork's mmdet prints ``Could not import OneDL...``)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('mmdet_ext '))
+    return dict(re.fullmatch(r'(.+?) {2,}(.*)', line).groups() for line in lines[start:])
+
+
+# -- which family installed the framework: fast, from metadata only ------------------------------
+def _providers(family: str, **versions: str) -> dict:
+    return {name: [Provider(FAMILIES[family][name][0], version, family)]
+            for name, version in versions.items()}
+
+
+@pytest.mark.parametrize('family, versions', [
+    ('openmmlab', dict(mmengine='0.10.7', mmcv='2.1.0', mmdet='3.3.0')),
+    ('onedl', dict(mmengine='0.10.12', mmcv='2.3.6', mmdet='3.5.1')),
+])
+def test_framework_check_accepts_either_family(family, versions):
+    assert problems(_providers(family, **versions), {}) == []
+
+
+def test_framework_check_names_what_is_missing_out_of_range_or_installed_twice():
+    providers = _providers('onedl', mmcv='2.4.0', mmdet='3.5.1')
+    providers['mmdet'].append(Provider('mmdet', '3.3.0', 'openmmlab'))
+    found = problems(providers, {'mmengine': False})
+    assert len(found) == 3
+    assert found[0].startswith('mmengine is not installed: ')
+    assert "'mmdet_ext[openmmlab]' (mmengine>=0.7.1,<1.0.0)" in found[0]
+    assert "'mmdet_ext[onedl]' (onedl-mmengine>=0.10.12,<0.11)" in found[0]
+    assert found[1].startswith('onedl-mmcv 2.4.0 is outside the range mmdet_ext supports '
+                               '(onedl-mmcv>=2.3.6,<2.4)')
+    assert found[2].startswith('mmdet is installed by both onedl-mmdetection 3.5.1 and mmdet '
+                               '3.3.0')
+    unsupported = problems({'mmcv': [Provider('mmcv-lite', '2.1.0', None)]},
+                           {'mmengine': True, 'mmdet': True})  # source trees: accepted
+    assert unsupported == ["mmcv comes from mmcv-lite 2.1.0, which mmdet_ext does not support: "
+                           "pip install 'mmdet_ext[openmmlab]' (mmcv>=2.0.0rc4,<2.2.0) or pip "
+                           "install 'mmdet_ext[onedl]' (onedl-mmcv>=2.3.6,<2.4)"]
+
+
+def _fork_like_site(tmp_path: Path, versions: dict) -> Path:
+    """A site directory whose mmengine, mmcv and mmdet are this machine's packages under the
+    fork's distribution names (upstream's dist-info left out), with a .pth that prints to
+    stdout at startup as the fork's mmdet does on import."""
+    import mmcv
+    import mmdet
+    import mmengine
+    site = tmp_path / 'site'
+    site.mkdir()
+    for module in (mmengine, mmcv, mmdet):
+        (site / module.__name__).symlink_to(Path(module.__file__).parent)
+        dist = FAMILIES['onedl'][module.__name__][0]
+        info = site / f'{dist.replace("-", "_")}-{versions[module.__name__]}.dist-info'
+        info.mkdir()
+        (info / 'METADATA').write_text(f'Metadata-Version: 2.1\nName: {dist}\n'
+                                       f'Version: {versions[module.__name__]}\n')
+        (info / 'top_level.txt').write_text(f'{module.__name__}\n')
+    (site / 'onedl_print.pth').write_text(
+        "import sys; print('Could not import OneDL. Skipping OneDL datasets.')\n")
+    return site
+
+
+FORK_PROBE = r'''
+import site, sys
+# The fork-like site first on sys.path; OpenMMLab's distributions, installed on this machine,
+# reported absent, as in a venv holding only the fork.
+import importlib.metadata as metadata
+real = metadata.distribution
+def distribution(name):
+    if name in ('mmengine', 'mmcv', 'mmdet'):
+        raise metadata.PackageNotFoundError(name)
+    return real(name)
+metadata.distribution = distribution
+site.addsitedir(sys.argv[1])
+sys.path.remove(sys.argv[1]); sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[2])
+import runpy
+sys.argv = ['mmdet_ext.info']
+runpy.run_module('mmdet_ext.info', run_name='__main__')
+'''
+
+
+@pytest.mark.parametrize('mmcv_version, ok', [('2.3.6', True), ('2.4.0', False)])
+def test_info_and_check_under_the_forks_distribution_names(tmp_path, mmcv_version, ok):
+    """The fork installs the same import names under onedl-* names: the check accepts its
+    releases and names one out of range; info reports the fork's distributions; stray stdout
+    printed on import does not break the table."""
+    site = _fork_like_site(tmp_path, dict(mmengine='0.10.12', mmcv=mmcv_version, mmdet='3.5.1'))
+    result = subprocess.run([sys.executable, '-c', FORK_PROBE, str(site), str(REPO_ROOT)],
+                            capture_output=True, text=True, timeout=300, env=_clean_env())
+    if not ok:
+        assert result.returncode != 0
+        assert (f'onedl-mmcv {mmcv_version} is outside the range mmdet_ext supports'
+                in result.stderr), result.stderr[-3000:]
+        return
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith('Could not import OneDL.')
+    lines = _info_lines(result.stdout)
+    assert lines['mmengine'] == '0.10.12 (onedl-mmengine, onedl)'
+    assert lines['mmcv'] == '2.3.6 (onedl-mmcv, onedl)'
+    assert lines['mmdet'] == '3.5.1 (onedl-mmdetection, onedl)'

@@ -9,11 +9,11 @@ is, how big it is next to the json, the build time and the peak RSS of the proce
 import argparse
 import os
 import resource
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from checkout_path import add_checkout_to_path
+
+add_checkout_to_path()
 
 from mmdet_ext.datasets import open_store  # noqa: E402
 from mmdet_ext.datasets.annotation_store import json_reader  # noqa: E402

@@ -4,10 +4,10 @@
 """
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from checkout_path import add_checkout_to_path
+
+add_checkout_to_path()
 
 from mmdet_ext.toy_data import SPLITS, make_toy_coco  # noqa: E402
 

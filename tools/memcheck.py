@@ -10,11 +10,12 @@ See docs/memory_watch.md.
 """
 import argparse
 import sys
-from pathlib import Path
 
 from mmengine.config import Config, DictAction
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's mmdet_ext
+from checkout_path import add_checkout_to_path
+
+add_checkout_to_path()
 
 from mmdet_ext.engine.memory.memcheck import (bisect_fields, format_bisection,  # noqa: E402
                                               format_run, run_dataloader)

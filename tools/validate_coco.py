@@ -11,7 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from checkout_path import add_checkout_to_path
+
+add_checkout_to_path()
 
 from mmdet_ext.datasets.validation import (
     DEFAULT_POLICY,

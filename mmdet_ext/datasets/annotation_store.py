@@ -61,7 +61,7 @@ from .coco_columns import (IMAGE_NAME_SOURCES, CocoColumns, name_images, native_
                            read_columns, validate_columns)
 from .coco_store_layout import LAYOUT_VERSION, coco_to_columns, columns_to_sections
 from ..io import file_state, open_regular_file
-from .validation import AnnotationFileError, parse_coco_json
+from .validation import AnnotationFileError, DuplicateIdError, parse_coco_json
 
 StoreError = _C.StoreError
 STORE_SUFFIX = '.mdxstore'
@@ -421,6 +421,20 @@ def _read_native(source: Union[bytes, str], store_path: str, ann_file: str,
         _delete(temporary)
 
 
+def _with_mmdet_duplicate_message(error: DuplicateIdError, ann_file: str) -> DuplicateIdError:
+    """``error``, led by mmdet's own words when annotation ids repeat.
+
+    mmdet's ``CocoDataset``/``LVISV1Dataset`` assert ``Annotation ids in '{ann_file}' are not
+    unique!`` (read from mmdet 3.3.0) and code and tests match that text; ours keeps its listing
+    of every duplicate after it. Duplicate image ids alone (mmdet does not check them) keep our
+    message only. The listing names the first 20 problems, images first: with more than 20
+    duplicate image ids, repeated annotation ids are not seen here.
+    """
+    if 'duplicate_ann_id:' not in str(error):
+        return error
+    return DuplicateIdError(f"Annotation ids in '{ann_file}' are not unique! {error}")
+
+
 def build_store(source: Union[bytes, str, CocoColumns], store_path: str, key: bytes,
                 progress: Optional[Callable[[int, int], None]] = None,
                 validation: Optional[dict] = None,
@@ -458,8 +472,11 @@ def build_store(source: Union[bytes, str, CocoColumns], store_path: str, key: by
     keep_images = keep_anns = None
     extra: dict[str, np.ndarray] = {}
     if validation is not None:
-        keep_images, keep_anns, report = validate_columns(columns, backend_args=backend_args,
-                                                          **validation)
+        try:
+            keep_images, keep_anns, report = validate_columns(columns, backend_args=backend_args,
+                                                              **validation)
+        except DuplicateIdError as error:
+            raise _with_mmdet_duplicate_message(error, ann_file) from None
         extra = _validation_sections(report)
         problems_path = store_path + PROBLEMS_SUFFIX
         if report.problems:

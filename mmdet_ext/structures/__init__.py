@@ -1,6 +1,7 @@
 """Data structures: lazily rasterised instance masks."""
-from .lazy_masks import LazyBitmapMasks, LazyInstanceMasks, LazyPolygonMasks, MaskInputError
+from .lazy_masks import (LazyBitmapMasks, LazyInstanceMasks, LazyPolygonMasks, MaskIndexError,
+                         MaskInputError)
 from .raster_source import RasterSource
 
-__all__ = ['LazyBitmapMasks', 'LazyInstanceMasks', 'LazyPolygonMasks', 'MaskInputError',
-           'RasterSource']
+__all__ = ['LazyBitmapMasks', 'LazyInstanceMasks', 'LazyPolygonMasks', 'MaskIndexError',
+           'MaskInputError', 'RasterSource']

@@ -36,6 +36,10 @@ class MaskInputError(ValueError, AssertionError):
     """
 
 
+class MaskIndexError(MaskInputError, IndexError):
+    """A ``LazyPolygonMasks`` selection that ``PolygonMasks`` refuses with an ``IndexError``."""
+
+
 class LazyInstanceMasks(BaseInstanceMasks):
     """Masks of N instances of an image of ``height`` x ``width`` pixels, kept in source form.
 
@@ -521,10 +525,27 @@ class LazyPolygonMasks(LazyInstanceMasks, PolygonMasks):
     def __iter__(self):
         return iter(self.items)
 
+    def __getitem__(self, index) -> 'LazyPolygonMasks':
+        """``PolygonMasks.__getitem__``, also where an instance has no polygon parts.
+
+        There, an int (or 0-d int array) selecting such an instance gives no instances at all
+        (the instance's empty list of parts is read as an empty list of instances), and any other
+        selection that starts with one raises ``IndexError`` (its constructor reads
+        ``masks[0][0]``). mmdet's ``LoadAnnotations``, and ours, never make such an instance (a
+        mask without a valid part becomes the placeholder ``[np.zeros(6)]``).
+        """
+        selected = super().__getitem__(index)
+        if not selected.items or selected.items[0]:
+            return selected
+        if _is_scalar_index(index):
+            return self._wrap([], self.height, self.width)
+        raise MaskIndexError(f'LazyPolygonMasks[{index!r:.60}]: the first instance selected has '
+                             'no polygon parts, which PolygonMasks refuses (IndexError)')
+
     def _positions(self, index) -> list:
         count = len(self.items)
-        if isinstance(index, np.ndarray):
-            index = (np.flatnonzero(index) if index.dtype == bool else index).tolist()
+        if isinstance(index, np.ndarray):  # np.where as there: a 0-d bool array raises
+            index = (np.where(index)[0] if index.dtype == bool else index).tolist()
         if isinstance(index, list):
             return [range(count)[i] for i in index]
         try:  # Python's list rules, as PolygonMasks indexes its list (a bool is an int there)
@@ -556,6 +577,14 @@ _UPSTREAM_CLASS = {LazyBitmapMasks: BitmapMasks, LazyPolygonMasks: PolygonMasks}
 
 
 _POLYGON, _RLE, _BITMAP = 0, 1, 2  # how crop_and_resize computes an instance's targets
+
+
+def _is_scalar_index(index) -> bool:
+    """Whether ``PolygonMasks.__getitem__`` reads ``index`` as one position (not a list or slice):
+    a bool ndarray becomes a list of positions there, any other ndarray its ``tolist()``."""
+    if isinstance(index, np.ndarray):
+        return index.ndim == 0 and index.dtype != bool
+    return not isinstance(index, (list, slice))
 
 
 def _crop_kind(item: Item, binarize: bool) -> int:
