@@ -3,7 +3,8 @@ import pytest
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
-from helpers.tiny_runner import LossRecorderHook, read_losses, tiny_runner_kwargs
+from helpers.tiny_runner import (LossRecorderHook, assert_iter_based_resume_repeats_the_run,
+                                 read_losses, tiny_runner_kwargs)
 
 
 class SimulatedCrash(Exception):
@@ -58,3 +59,12 @@ def test_resumed_run_repeats_uninterrupted_losses(uninterrupted, tmp_path, exact
         assert resumed == uninterrupted
     else:  # the control: what stock mmengine restores does not reproduce the run
         assert [resumed[i] for i in range(8, 16)] != [uninterrupted[i] for i in range(8, 16)]
+
+
+@pytest.mark.parametrize('save_at', [8, 11], ids=['at-epoch-end', 'mid-second-epoch'])
+def test_iteration_based_resume_in_a_later_data_epoch(tmp_path, save_at,
+                                                      no_dataloader_restart_pause):
+    """DefaultSampler in an iteration-based loop: the resumed run remakes the iterator at data
+    epoch 1 before DistSamplerSeedHook sets the sampler to the loop's epoch 0; the order must
+    still be data epoch 1's."""
+    assert_iter_based_resume_repeats_the_run(tmp_path, save_at)
