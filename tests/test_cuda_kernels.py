@@ -185,10 +185,10 @@ def test_deferred_batch_on_cuda_equals_cpu(toy_coco_root):
 
 @needs_cuda
 def test_prefetcher_copies_pinned_deferred_batches_on_a_side_stream():
-    from mmdet_ext.engine import DevicePrefetcher
+    from mmdet_ext.engine import CudaStreams, DevicePrefetcher
     batches = [{'inputs': torch.arange(n, dtype=torch.uint8).pin_memory(),
                 'pending_warp': {'interpolation': 'bilinear'}} for n in (5, 7, 9)]
-    got = list(DevicePrefetcher(iter(batches), torch.device('cuda')))
+    got = list(DevicePrefetcher(iter(batches), CudaStreams('cuda')))
     assert [b['inputs'].device.type for b in got] == ['cuda'] * 3
     for mine, theirs in zip(got, batches):
         assert torch.equal(mine['inputs'].cpu(), theirs['inputs'])

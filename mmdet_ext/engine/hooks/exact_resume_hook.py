@@ -6,7 +6,7 @@ from mmengine.dist import all_gather_object
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.runner import IterBasedTrainLoop
 
-from ..._compat import infinite_iterator_epoch, restart_infinite_iterator, runner_resume_requested
+from ..._compat import data_epoch, restart_infinite_iterator, runner_resume_requested
 from ...datasets.sample_seeds import (ResumableBatchSampler, index_sampler,
                                       install_resumable_loading)
 from ...registry import HOOKS
@@ -38,7 +38,7 @@ class PrepaidIterator:
 
     @property
     def data_epoch(self) -> int:
-        return infinite_iterator_epoch(self.iterator)
+        return data_epoch(self.iterator)
 
 
 def saves_after_this_iter(hook: Hook, runner) -> bool:
@@ -67,7 +67,8 @@ class ExactResumeHook(Hook):
     * snapshots every rank's RNG state at the end of each training epoch (iteration-based loops:
       each iteration), after iterations a by-iteration ``CheckpointHook`` saves, and when
       ``SignalCheckpointHook`` is about to save, gathered onto rank 0; counts the batches
-      consumed in the current data epoch;
+      consumed in the current data epoch (of the batch the step trained on: a look-ahead such
+      as ``DevicePrefetcher`` may have drawn further);
     * writes snapshots, sampler seed and data position into the checkpoint;
     * restores the snapshot after validation, so validation never shifts the training streams;
     * on resume only (``after_load_checkpoint`` also fires for ``load_from``; it checks the
@@ -115,9 +116,7 @@ class ExactResumeHook(Hook):
         self._batches.skip_next(0)  # the resumed epoch's iterators exist: the skip is spent
         loop = runner.train_loop
         if isinstance(loop, IterBasedTrainLoop):
-            iterator = loop.dataloader_iterator
-            epoch = iterator.data_epoch if isinstance(iterator, PrepaidIterator) \
-                else infinite_iterator_epoch(iterator)
+            epoch = data_epoch(loop.dataloader_iterator)
             self._position = [epoch, 1] if epoch != self._position[0] \
                 else [epoch, self._position[1] + 1]
             self._snapshot()
