@@ -2,12 +2,15 @@
 in for the GPU: which copy each step waits for, look-ahead across data epochs, and a resumed
 iteration-based run with prefetching that repeats the uninterrupted losses (real Runner).
 The copies on a real GPU: tests/test_cuda_kernels.py."""
+import logging
+
 import pytest
 import torch
 
 from helpers.tiny_runner import assert_iter_based_resume_repeats_the_run
 from mmdet_ext.engine import DevicePrefetcher, DevicePrefetchHook, RecordingStreams
 from mmdet_ext.engine.hooks.exact_resume_hook import PrepaidIterator
+from mmdet_ext.ops import deferred_pixels_device, has_kernel
 from mmdet_ext.transforms.fused_loading import PENDING_WARP_KEY
 
 
@@ -73,6 +76,25 @@ def test_data_epoch_is_that_of_the_batch_handed_out_not_of_the_look_ahead():
                                   RecordingStreams())
     epochs = [(batch, prefetcher.data_epoch) for batch in prefetcher]
     assert epochs == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 1), (6, 2)]
+
+
+@pytest.mark.skipif(has_kernel('resize_normalize_batch', 'cuda'),
+                    reason='this build has CUDA kernels')
+def test_cpu_only_build_keeps_deferred_pixels_on_the_cpu():
+    """On a GPU machine, a build without the CUDA kernel resizes on the CPU: the prefetcher
+    must not copy the pixels to the GPU only for the preprocessor to copy them back."""
+    assert deferred_pixels_device('cuda') == torch.device('cpu')
+    assert deferred_pixels_device('cpu') == torch.device('cpu')
+
+    class Loop:
+        dataloader_iterator = iter(_deferred_batches(2))
+
+    class FakeRunner:
+        train_loop, logger = Loop(), logging.getLogger('test')
+
+    hook = DevicePrefetchHook(streams=RecordingStreams('cuda'))
+    hook.before_train_epoch(FakeRunner())
+    assert not isinstance(FakeRunner.train_loop.dataloader_iterator, DevicePrefetcher)
 
 
 @pytest.mark.parametrize('save_at', [8, 11], ids=['at-epoch-end', 'mid-second-epoch'])

@@ -7,6 +7,7 @@ import torch
 from mmengine.hooks import Hook
 
 from ..._compat import data_epoch
+from ...ops import deferred_pixels_device
 from ...registry import HOOKS
 from ...transforms.fused_loading import PENDING_WARP_KEY
 from ..device_streams import DeviceStreams, streams_for
@@ -116,9 +117,11 @@ class DevicePrefetchHook(Hook):
 
     For ``NativeLoadResizeFlip(pixels_on='device')`` pipelines with ``pin_memory=True`` (or
     ``WorkerDefaultsHook``): the uint8 pixels of the next batch are copied during the current
-    step, and ``FastDetDataPreprocessor`` finds them already on the device. Without CUDA it
-    does nothing. Epoch-based loops iterate a wrapped DataLoader, iteration-based loops a
-    wrapped iterator.
+    step, and ``FastDetDataPreprocessor`` finds them already on the device. It does nothing
+    without CUDA, and nothing where this build has no ``resize_normalize_batch`` kernel for
+    the model's device (a CPU-only build on a GPU machine: the preprocessor resizes on the
+    CPU, and pixels copied to the GPU would only be copied back). Epoch-based loops iterate a
+    wrapped DataLoader, iteration-based loops a wrapped iterator.
 
     Args:
         streams: the device interface to use (tests: ``RecordingStreams``); None: the model's
@@ -129,6 +132,7 @@ class DevicePrefetchHook(Hook):
 
     def __init__(self, streams: Optional[DeviceStreams] = None) -> None:
         self.streams = streams
+        self._said_why_not = False
 
     def before_train_epoch(self, runner: Any) -> None:
         streams = self.streams
@@ -136,6 +140,12 @@ class DevicePrefetchHook(Hook):
             device = self._model_device(runner)
             streams = None if device is None else streams_for(device)
         if streams is None:
+            return
+        if deferred_pixels_device(streams.device) != streams.device:
+            if not self._said_why_not:
+                self._said_why_not = True
+                runner.logger.info(f'DevicePrefetchHook: this build has no resize_normalize_batch '
+                                   f'kernel for {streams.device}: the pixels stay on the CPU')
             return
         loop = runner.train_loop
         if hasattr(loop, 'dataloader_iterator'):  # IterBasedTrainLoop
