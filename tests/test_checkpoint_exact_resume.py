@@ -68,3 +68,22 @@ def test_iteration_based_resume_in_a_later_data_epoch(tmp_path, save_at,
     epoch 1 before DistSamplerSeedHook sets the sampler to the loop's epoch 0; the order must
     still be data epoch 1's."""
     assert_iter_based_resume_repeats_the_run(tmp_path, save_at)
+
+def test_iteration_based_runs_gather_rng_state_only_for_checkpoints(tmp_path, monkeypatch):
+    """The snapshot is a collective in distributed runs: taken when a checkpoint is saved, not
+    in every iteration."""
+    import mmdet_ext.engine.hooks.exact_resume_hook as exact_resume
+    gathers = []
+    gather = exact_resume.all_gather_object
+    monkeypatch.setattr(exact_resume, 'all_gather_object',
+                        lambda obj: gathers.append(obj) or gather(obj))
+    kwargs = tiny_runner_kwargs(str(tmp_path), with_val=False,
+                                train_cfg=dict(type='IterBasedTrainLoop', max_iters=7))
+    kwargs['train_dataloader']['sampler'] = dict(type='InfiniteSampler', shuffle=True)
+    kwargs['default_hooks'] = dict(checkpoint=dict(type='AtomicCheckpointHook', interval=3,
+                                                   by_epoch=False))
+    kwargs['param_scheduler'] = None
+    Runner(**kwargs).train()
+    assert sorted(p.name for p in tmp_path.glob('iter_*.pth')) == \
+        ['iter_3.pth', 'iter_6.pth', 'iter_7.pth']
+    assert len(gathers) == 3
