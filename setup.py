@@ -51,12 +51,14 @@ SOURCES_NEEDING = {
 # Each library's environment switch, and the C++ macro defined when it is built with.
 SWITCHES = {'opencv4': 'MMDET_EXT_WITH_OPENCV', 'libjpeg': 'MMDET_EXT_WITH_LIBJPEG',
             'RapidJSON': 'MMDET_EXT_WITH_RAPIDJSON'}
-# nvcc: --fmad=false because the CUDA mask kernels must be bit-exact with the CPU ones, and
-# contracting a*b+c into one FMA rounds once instead of twice.
-NVCC_FLAGS = ['-O3', '--fmad=false', '-std=c++20']
+# No FMA contraction anywhere: the kernels must be bit-exact with pycocotools, mmdet and each
+# other, and contracting a*b+c into one FMA rounds once instead of twice. nvcc: --fmad=false for
+# device code, -ffp-contract=off for its host compiler; C++: -ffp-contract=off, which GCC leaves
+# on (=fast) for aarch64, and for x86-64 too once -march enables FMA (-march=native in CFLAGS).
+NVCC_FLAGS = ['-O3', '--fmad=false', '-std=c++20', '-Xcompiler', '-ffp-contract=off']
 # -O3 unless CFLAGS sets the optimisation level (the sanitizer builds take -O1, the test of a build
 # without OpenCV -O0): CFLAGS come first on the command line, so an -O here would override them.
-CXX_FLAGS = ['-std=c++20', '-fvisibility=hidden']
+CXX_FLAGS = ['-std=c++20', '-fvisibility=hidden', '-ffp-contract=off']
 if not any(flag.startswith('-O') for flag in os.environ.get('CFLAGS', '').split()):
     CXX_FLAGS.insert(0, '-O3')
 # Release builds carry no debug info (Python's own CFLAGS hold -g: 29 MB of DWARF in a 0.6 MB
