@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers.build import needs_native_decoding
 from mmdet_ext import ops
 from mmdet_ext._native import _C
 
@@ -156,6 +157,7 @@ def test_resize_normalize_batch_matches_cpu(interpolation, dtype):
 
 
 @needs_cuda
+@needs_native_decoding
 def test_deferred_batch_on_cuda_equals_cpu(toy_coco_root):
     """FastDetDataPreprocessor on a CUDA model: the deferred batch, copied as uint8 (pinned,
     non_blocking), resized on the GPU, equals the CPU result."""
