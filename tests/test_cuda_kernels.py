@@ -198,6 +198,19 @@ def test_prefetcher_copies_pinned_deferred_batches_on_a_side_stream():
 
 
 @needs_cuda
+def test_rle_crop_and_resize_of_zero_sized_masks_is_zeros_as_on_the_cpu():
+    """0-height or 0-width masks: every roi_align sample falls outside, nothing may be read."""
+    boxes, inds = torch.tensor([[0.0, 0.0, 3.0, 3.0], [-2.0, 1.0, 9.0, 4.0]]), torch.tensor([0, 0])
+    for height, width in ((0, 5), (5, 0), (0, 0)):
+        counts, run_counts = ops.pack_counts([ops.rle_encode(torch.zeros(height, width,
+                                                                          dtype=torch.uint8))])
+        expected = ops.rle_crop_and_resize(counts, run_counts, height, width, boxes, inds, (7, 7))
+        got = ops.rle_crop_and_resize(*on_gpu(counts, run_counts), height, width, *on_gpu(boxes),
+                                      inds, (7, 7))
+        assert not expected.any() and torch.equal(got.cpu(), expected)
+
+
+@needs_cuda
 def test_cuda_kernels_refuse_bad_input_like_the_cpu_ones():
     packed = ops.pack_polygons([[[1.0, 1.0, 7.0, 2.0, 4.0, 9.0]]])
     boxes = torch.tensor([[0.0, 0.0, 8.0, 8.0]])
