@@ -12,9 +12,10 @@ built all the same, and the ops that need them (decode_image, warp_image) raise 
 what to install. MMDET_EXT_WITH_OPENCV / MMDET_EXT_WITH_LIBJPEG: 0 builds without the library even
 when it is there, 1 fails the build when it is not, unset uses it when found.
 
-CUDA sources (csrc/**/*.cu) are compiled only when building for CUDA: FORCE_CUDA=1, or a CUDA
-build of torch with nvcc available. TORCH_CUDA_ARCH_LIST picks the GPU architectures (torch's
-default: those of the GPUs it sees). docs/build.md has the details.
+CUDA sources (csrc/**/*.cu) are compiled only when building for CUDA: a CUDA build of torch and
+nvcc in CUDA_HOME/bin (mmdet_ext/_build_choice.py). FORCE_CUDA=1 fails the build where either is
+missing, FORCE_CUDA=0 builds for the CPU only. TORCH_CUDA_ARCH_LIST picks the GPU architectures
+(torch's default: those of the GPUs it sees). docs/build.md has the details.
 """
 import importlib.util
 import json
@@ -50,12 +51,14 @@ SOURCES_NEEDING = {
 # Each library's environment switch, and the C++ macro defined when it is built with.
 SWITCHES = {'opencv4': 'MMDET_EXT_WITH_OPENCV', 'libjpeg': 'MMDET_EXT_WITH_LIBJPEG',
             'RapidJSON': 'MMDET_EXT_WITH_RAPIDJSON'}
-# nvcc: --fmad=false because the CUDA mask kernels must be bit-exact with the CPU ones, and
-# contracting a*b+c into one FMA rounds once instead of twice.
-NVCC_FLAGS = ['-O3', '--fmad=false', '-std=c++20']
+# No FMA contraction anywhere: the kernels must be bit-exact with pycocotools, mmdet and each
+# other, and contracting a*b+c into one FMA rounds once instead of twice. nvcc: --fmad=false for
+# device code, -ffp-contract=off for its host compiler; C++: -ffp-contract=off, which GCC leaves
+# on (=fast) for aarch64, and for x86-64 too once -march enables FMA (-march=native in CFLAGS).
+NVCC_FLAGS = ['-O3', '--fmad=false', '-std=c++20', '-Xcompiler', '-ffp-contract=off']
 # -O3 unless CFLAGS sets the optimisation level (the sanitizer builds take -O1, the test of a build
 # without OpenCV -O0): CFLAGS come first on the command line, so an -O here would override them.
-CXX_FLAGS = ['-std=c++20', '-fvisibility=hidden']
+CXX_FLAGS = ['-std=c++20', '-fvisibility=hidden', '-ffp-contract=off']
 if not any(flag.startswith('-O') for flag in os.environ.get('CFLAGS', '').split()):
     CXX_FLAGS.insert(0, '-O3')
 # Release builds carry no debug info (Python's own CFLAGS hold -g: 29 MB of DWARF in a 0.6 MB
@@ -78,7 +81,8 @@ BUILD_CONFIG_NAME = '_build_config.json'
 
 
 def load_package_module(name: str):
-    """mmdet_ext/<name>.py, loaded on its own (importing the package would import mmdet)."""
+    """``mmdet_ext/<name>.py``, loaded by path: the package cannot be imported before it is
+    built (and importing it would import mmdet)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / 'mmdet_ext' / f'{name}.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -169,12 +173,10 @@ def optional_libraries() -> tuple[dict, dict]:
     return found, notes
 
 
-def building_for_cuda() -> bool:
-    if os.environ.get('FORCE_CUDA') == '1':
-        if torch.version.cuda is None:
-            sys.exit('FORCE_CUDA=1 but this torch is a CPU build; install a CUDA torch first')
-        return True
-    return torch.version.cuda is not None and CUDA_HOME is not None
+def building_for_cuda() -> tuple[bool, str]:
+    """Whether to compile the CUDA sources, and why (mmdet_ext/_build_choice.py)."""
+    return load_package_module('_build_choice').cuda_build(
+        torch.version.cuda, CUDA_HOME, os.environ.get('FORCE_CUDA'))
 
 
 def make_extension():
@@ -187,7 +189,7 @@ def make_extension():
     sources = [s for s in sources if set(SOURCES_NEEDING.get(s, ())) <= libraries.keys()]
     cpp_sources = [s for s in sources if s.endswith('.cpp')]
     cuda_sources = [s for s in sources if s.endswith('.cu')]
-    with_cuda = building_for_cuda()
+    with_cuda, why = building_for_cuda()
     macros = [(SWITCHES[package], None) for package in libraries]
     # csrc/ on the include path: sources include each other's headers as "masks/rle.h", wherever
     # they sit (a kernel in csrc/masks/cuda/ as well).
@@ -196,8 +198,8 @@ def make_extension():
     for flags in libraries.values():
         for key in native:
             native[key] += flags[key]
-    cuda = (f'CUDA {torch.version.cuda} (CUDA_HOME={CUDA_HOME}, TORCH_CUDA_ARCH_LIST='
-            f'{os.environ.get("TORCH_CUDA_ARCH_LIST", "unset")})' if with_cuda else 'CPU only')
+    cuda = (f'{why}, TORCH_CUDA_ARCH_LIST={os.environ.get("TORCH_CUDA_ARCH_LIST", "unset")}'
+            if with_cuda else why)
     print(f'[mmdet_ext] building mmdet_ext._C: torch {torch.__version__}, {cuda}; '
           f'OpenCV: {notes["opencv4"]}; libjpeg: {notes["libjpeg"]}; '
           f'RapidJSON: {notes["RapidJSON"]}; {len(cpp_sources)} C++ + '
@@ -239,7 +241,7 @@ class BuildExtensionWithConfig(BuildExtension):
         super().run()
         for ext in self.extensions:
             target = Path(self.get_ext_fullpath(ext.name)).parent / BUILD_CONFIG_NAME
-            target.write_text(json.dumps(build_config(building_for_cuda()), indent=1) + '\n')
+            target.write_text(json.dumps(build_config(building_for_cuda()[0]), indent=1) + '\n')
 
 
 def read_version() -> str:

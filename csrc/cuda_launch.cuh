@@ -2,6 +2,7 @@
 // host-side index arrays (checked on the host by the same code as on the CPU) to the device.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -18,9 +19,17 @@ inline int blocks_for(int64_t n) {
   return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
 }
 
-// int64 copy of `values` on `device`.
-inline at::Tensor to_device(const std::vector<int64_t>& values, const at::Device& device) {
-  return at::tensor(values, at::TensorOptions().dtype(at::kLong)).to(device);
+// `values` on `device`, staged in pinned host memory and copied without blocking the host. A
+// copy from pageable memory is synchronous: the host would wait for everything queued on the
+// stream before it, a prefetched non_blocking pixel copy included. The caching host allocator
+// keeps the staging buffer until the copy has run (it records an event on the current stream).
+template <typename T>
+at::Tensor to_device(const std::vector<T>& values, const at::Device& device) {
+  at::Tensor staged = at::empty(
+      {static_cast<int64_t>(values.size())},
+      at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value).pinned_memory(true));
+  std::copy(values.begin(), values.end(), staged.mutable_data_ptr<T>());
+  return staged.to(device, /*non_blocking=*/true);
 }
 
 // The CUDA kernels take their pixel data (`data`) and boxes on one GPU; index tensors may be

@@ -72,7 +72,8 @@ PRIVATE_ATTRIBUTES: dict[str, str] = {
        '_compat.runner_loops (WorkerDefaultsHook, MemoryWatchHook)'
        for name in ('train', 'val', 'test')},
     'mmengine.runner.loops._InfiniteDataloaderIterator._epoch':
-        '_compat.infinite_iterator_epoch, restart_infinite_iterator (ExactResumeHook)',
+        '_compat.infinite_iterator_epoch, data_epoch, restart_infinite_iterator '
+        '(ExactResumeHook, DevicePrefetcher)',
     'mmengine.runner.loops._InfiniteDataloaderIterator._dataloader':
         '_compat.restart_infinite_iterator (ExactResumeHook)',
     'mmengine.runner.loops._InfiniteDataloaderIterator._iterator':
@@ -179,6 +180,14 @@ def infinite_iterator_epoch(iterator: Any) -> int:
     """``_InfiniteDataloaderIterator._epoch``: how often an iteration-based loop's DataLoader
     has run out and been restarted (the sampler epoch it set); 0 for any other iterator."""
     return getattr(iterator, '_epoch', 0)
+
+
+def data_epoch(iterator: Any) -> int:
+    """The data epoch of the batch ``iterator`` handed out last: a wrapper's own
+    ``data_epoch`` (``PrepaidIterator``, ``DevicePrefetcher``, which may have drawn further
+    ahead), else :func:`infinite_iterator_epoch`."""
+    epoch = getattr(iterator, 'data_epoch', None)
+    return infinite_iterator_epoch(iterator) if epoch is None else epoch
 
 
 def restart_infinite_iterator(iterator: Any, epoch: int, batches: Any = None,

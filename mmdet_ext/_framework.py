@@ -151,4 +151,11 @@ def require_framework() -> None:
         warnings.warn(f'{message}\n({SKIP_CHECK_VARIABLE}=1: importing all the same)',
                       stacklevel=2)
         return
-    raise ImportError(f'{message}\n(Set {SKIP_CHECK_VARIABLE}=1 to import all the same.)')
+    text = f'{message}\n(Set {SKIP_CHECK_VARIABLE}=1 to import all the same.)'
+    missing = [name for name in IMPORT_NAMES if not installed_providers()[name]
+               and importlib.util.find_spec(name) is None]
+    if missing and len(missing) == len(found):
+        # Only absent packages: a ModuleNotFoundError naming the first, so that mmdet_ext.ops,
+        # which needs none of them, still imports (mmdet_ext/__init__.py).
+        raise ModuleNotFoundError(text, name=missing[0])
+    raise ImportError(text)

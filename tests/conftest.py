@@ -19,6 +19,13 @@ def toy_coco_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture
+def no_dataloader_restart_pause(monkeypatch):
+    """mmengine sleeps 2 s each time an iteration-based loop restarts a DataLoader that ran out."""
+    import mmengine.runner.loops
+    monkeypatch.setattr(mmengine.runner.loops.time, 'sleep', lambda seconds: None)
+
+
 @pytest.fixture(autouse=True)
 def _restore_checkpoint_schemes():
     """A Runner that raises skips ``after_run``; keep mmengine's checkpoint loaders clean."""

@@ -126,3 +126,29 @@ def test_ops_needing_opencv_raise_naming_it(no_opencv_probe, op):
 def test_rle_ops_work_without_opencv(no_opencv_probe):
     assert no_opencv_probe['rle_counts'] == [4, 1, 4]  # column-major: 4 zeros, the centre, 4 zeros
     assert no_opencv_probe['rle_roundtrip']
+
+
+def test_cuda_build_needs_a_cuda_torch_and_nvcc(tmp_path):
+    """setup.py's choice (mmdet_ext/_build_choice.py): /usr/local/cuda without nvcc (a runtime
+    image, where torch still resolves CUDA_HOME) builds for the CPU and says why; FORCE_CUDA=0
+    is a CPU-only request; FORCE_CUDA=1 fails where a CUDA build cannot be made."""
+    from mmdet_ext._build_choice import cuda_build
+    runtime_only, toolkit = tmp_path / 'runtime', tmp_path / 'toolkit'
+    runtime_only.mkdir()
+    (toolkit / 'bin').mkdir(parents=True)
+    (toolkit / 'bin' / 'nvcc').write_text('')
+    assert cuda_build('12.8', str(toolkit), None) == (
+        True, f'CUDA 12.8 (nvcc in {toolkit})')
+    assert cuda_build('12.8', str(toolkit), '1')[0] is True
+    assert cuda_build('12.8', str(runtime_only), None) == (
+        False, f'CPU only: CUDA_HOME={runtime_only} has no bin/nvcc (a runtime-only CUDA image?)')
+    assert cuda_build('12.8', None, '') == (False, 'CPU only: no CUDA toolkit found (CUDA_HOME '
+                                            'unset, no nvcc on PATH, no /usr/local/cuda)')
+    assert cuda_build(None, str(toolkit), None) == (False, 'CPU only: torch is a CPU build')
+    assert cuda_build('12.8', str(toolkit), '0') == (False, 'CPU only: FORCE_CUDA=0')
+    with pytest.raises(SystemExit, match='FORCE_CUDA=1 but .* has no bin/nvcc'):
+        cuda_build('12.8', str(runtime_only), '1')
+    with pytest.raises(SystemExit, match='FORCE_CUDA=1 but torch is a CPU build'):
+        cuda_build(None, str(toolkit), '1')
+    with pytest.raises(SystemExit, match="FORCE_CUDA must be 0 or 1"):
+        cuda_build('12.8', str(toolkit), 'yes')

@@ -3,7 +3,8 @@ import pytest
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
-from helpers.tiny_runner import LossRecorderHook, read_losses, tiny_runner_kwargs
+from helpers.tiny_runner import (LossRecorderHook, assert_iter_based_resume_repeats_the_run,
+                                 read_losses, tiny_runner_kwargs)
 
 
 class SimulatedCrash(Exception):
@@ -58,3 +59,31 @@ def test_resumed_run_repeats_uninterrupted_losses(uninterrupted, tmp_path, exact
         assert resumed == uninterrupted
     else:  # the control: what stock mmengine restores does not reproduce the run
         assert [resumed[i] for i in range(8, 16)] != [uninterrupted[i] for i in range(8, 16)]
+
+
+@pytest.mark.parametrize('save_at', [8, 11], ids=['at-epoch-end', 'mid-second-epoch'])
+def test_iteration_based_resume_in_a_later_data_epoch(tmp_path, save_at,
+                                                      no_dataloader_restart_pause):
+    """DefaultSampler in an iteration-based loop: the resumed run remakes the iterator at data
+    epoch 1 before DistSamplerSeedHook sets the sampler to the loop's epoch 0; the order must
+    still be data epoch 1's."""
+    assert_iter_based_resume_repeats_the_run(tmp_path, save_at)
+
+def test_iteration_based_runs_gather_rng_state_only_for_checkpoints(tmp_path, monkeypatch):
+    """The snapshot is a collective in distributed runs: taken when a checkpoint is saved, not
+    in every iteration."""
+    import mmdet_ext.engine.hooks.exact_resume_hook as exact_resume
+    gathers = []
+    gather = exact_resume.all_gather_object
+    monkeypatch.setattr(exact_resume, 'all_gather_object',
+                        lambda obj: gathers.append(obj) or gather(obj))
+    kwargs = tiny_runner_kwargs(str(tmp_path), with_val=False,
+                                train_cfg=dict(type='IterBasedTrainLoop', max_iters=7))
+    kwargs['train_dataloader']['sampler'] = dict(type='InfiniteSampler', shuffle=True)
+    kwargs['default_hooks'] = dict(checkpoint=dict(type='AtomicCheckpointHook', interval=3,
+                                                   by_epoch=False))
+    kwargs['param_scheduler'] = None
+    Runner(**kwargs).train()
+    assert sorted(p.name for p in tmp_path.glob('iter_*.pth')) == \
+        ['iter_3.pth', 'iter_6.pth', 'iter_7.pth']
+    assert len(gathers) == 3

@@ -12,6 +12,7 @@ from mmengine.dataset import pseudo_collate
 from mmengine.model.utils import stack_batch
 from torch.utils.data import DataLoader
 
+from helpers.build import needs_native_decoding
 from mmdet_ext import (FastDetDataPreprocessor, LazyCocoDataset, LoadLazyAnnotations,
                        NativeLoadResizeFlip, fast_collate, ops)
 
@@ -119,6 +120,7 @@ def test_dataloader_batches_equal_in_process_and_in_workers(toy_coco_root, num_w
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='pinned memory needs CUDA')
+@needs_native_decoding
 def test_pin_memory_in_the_main_process(toy_coco_root):
     batch = _mixed_size_batch(_dataset(toy_coco_root))
     assert fast_collate(batch, pin_memory=True)['inputs'].is_pinned()

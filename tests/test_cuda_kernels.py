@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers.build import needs_native_decoding
 from mmdet_ext import ops
 from mmdet_ext._native import _C
 
@@ -156,6 +157,7 @@ def test_resize_normalize_batch_matches_cpu(interpolation, dtype):
 
 
 @needs_cuda
+@needs_native_decoding
 def test_deferred_batch_on_cuda_equals_cpu(toy_coco_root):
     """FastDetDataPreprocessor on a CUDA model: the deferred batch, copied as uint8 (pinned,
     non_blocking), resized on the GPU, equals the CPU result."""
@@ -185,14 +187,27 @@ def test_deferred_batch_on_cuda_equals_cpu(toy_coco_root):
 
 @needs_cuda
 def test_prefetcher_copies_pinned_deferred_batches_on_a_side_stream():
-    from mmdet_ext.engine import DevicePrefetcher
+    from mmdet_ext.engine import CudaStreams, DevicePrefetcher
     batches = [{'inputs': torch.arange(n, dtype=torch.uint8).pin_memory(),
                 'pending_warp': {'interpolation': 'bilinear'}} for n in (5, 7, 9)]
-    got = list(DevicePrefetcher(iter(batches), torch.device('cuda')))
+    got = list(DevicePrefetcher(iter(batches), CudaStreams('cuda')))
     assert [b['inputs'].device.type for b in got] == ['cuda'] * 3
     for mine, theirs in zip(got, batches):
         assert torch.equal(mine['inputs'].cpu(), theirs['inputs'])
         assert not theirs['inputs'].is_cuda  # the batches handed in are not modified
+
+
+@needs_cuda
+def test_rle_crop_and_resize_of_zero_sized_masks_is_zeros_as_on_the_cpu():
+    """0-height or 0-width masks: every roi_align sample falls outside, nothing may be read."""
+    boxes, inds = torch.tensor([[0.0, 0.0, 3.0, 3.0], [-2.0, 1.0, 9.0, 4.0]]), torch.tensor([0, 0])
+    for height, width in ((0, 5), (5, 0), (0, 0)):
+        counts, run_counts = ops.pack_counts([ops.rle_encode(torch.zeros(height, width,
+                                                                          dtype=torch.uint8))])
+        expected = ops.rle_crop_and_resize(counts, run_counts, height, width, boxes, inds, (7, 7))
+        got = ops.rle_crop_and_resize(*on_gpu(counts, run_counts), height, width, *on_gpu(boxes),
+                                      inds, (7, 7))
+        assert not expected.any() and torch.equal(got.cpu(), expected)
 
 
 @needs_cuda

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from mmdet_ext import (FastDetDataPreprocessor, LazyCocoDataset, LoadLazyAnnotations,
                        NativeLoadResizeFlip, fast_collate)
-from mmdet_ext.engine import DevicePrefetcher
+from mmdet_ext.engine import DevicePrefetcher, RecordingStreams
 from mmdet_ext.transforms import DEFERRED_META_KEYS
 
 CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
@@ -159,18 +159,21 @@ def test_bad_configurations_raise(toy_coco_root):
 
 
 def test_prefetcher_hands_out_every_batch_in_order(toy_coco_root):
-    """The look-ahead logic, on the CPU (where batches pass through); the side-stream copy
-    itself runs only with CUDA (test_cuda_kernels.py)."""
+    """The look-ahead and the copies, on the CPU with the streams recorded (the ordering is
+    checked in test_device_prefetch.py); the copy on a side stream runs only with CUDA
+    (test_cuda_kernels.py)."""
     dataset = _dataset(toy_coco_root, 'device', RESIZES[0])
     loader = DataLoader(dataset, batch_size=3, collate_fn=fast_collate)  # 8 samples: 3 + 3 + 2
     np.random.seed(0)
     expected = list(loader)
     np.random.seed(0)
-    got = list(DevicePrefetcher(iter(loader), torch.device('cpu')))
+    streams = RecordingStreams()
+    got = list(DevicePrefetcher(iter(loader), streams))
     assert len(got) == len(expected) == 3
-    for mine, theirs in zip(got, expected):
+    for k, (mine, theirs) in enumerate(zip(got, expected)):
+        assert streams.name_of(mine['inputs']) == f'copy {k}'
         assert torch.equal(mine['inputs'], theirs['inputs'])
-    assert list(DevicePrefetcher(iter([]), torch.device('cpu'))) == []
+    assert list(DevicePrefetcher(iter([]), streams)) == []
 
 
 def test_deferred_samples_without_their_record_are_refused(toy_coco_root):

@@ -109,13 +109,34 @@ def test_crop_and_resize_accepts_every_index_form(tmp_path, to_inds):
 
 @pytest.mark.parametrize('device', DEVICES)
 def test_crop_and_resize_on_device_equals_mmdet(device):
-    """The native ops get their inputs on `device`; the targets come back on the CPU."""
+    """With mmdet's `device` argument; the targets come back on the CPU."""
     rng = np.random.default_rng(2)
     items = [_polygon(rng, 2), _rle(_blob(rng)), _polygon(rng, 1), _rle(_blob(rng))]
     lazy = LazyInstanceMasks(items, HEIGHT, WIDTH)
     boxes = _boxes(rng, 64, np.float32)
     inds = rng.integers(0, len(lazy), len(boxes))
     targets = lazy.crop_and_resize(boxes, (28, 28), torch.from_numpy(inds), device=device)
+    for box, expected in enumerate(_expected_targets(lazy, boxes, inds, (28, 28))):
+        np.testing.assert_array_equal(targets.to_ndarray()[box], expected)
+
+
+def test_crop_and_resize_runs_the_cpu_kernels_whatever_the_device(monkeypatch):
+    """mmdet wants an ndarray back: sending polygons and RLEs to a GPU kernel would cost
+    blocking copies both ways. Even where this build has every kernel for `device` (faked
+    here), the native ops get their inputs on the CPU."""
+    import mmdet_ext.structures.lazy_masks as lazy_masks
+    monkeypatch.setattr(lazy_masks, 'has_kernel', lambda op_name, device: True)
+    devices = []
+    for name in ('polygons_crop_and_resize', 'rle_crop_and_resize'):
+        def recording(*args, op=getattr(lazy_masks, name)):
+            devices.extend(a.device.type for a in args if isinstance(a, torch.Tensor))
+            return op(*args)
+        monkeypatch.setattr(lazy_masks, name, recording)
+    rng = np.random.default_rng(2)
+    lazy = LazyInstanceMasks([_polygon(rng, 2), _rle(_blob(rng))], HEIGHT, WIDTH)
+    boxes, inds = _boxes(rng, 8, np.float32), rng.integers(0, 2, 8)
+    targets = lazy.crop_and_resize(boxes, (28, 28), inds, device='cuda')
+    assert devices and set(devices) == {'cpu'}
     for box, expected in enumerate(_expected_targets(lazy, boxes, inds, (28, 28))):
         np.testing.assert_array_equal(targets.to_ndarray()[box], expected)
 

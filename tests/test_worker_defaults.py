@@ -64,3 +64,19 @@ def test_runner_applies_it_before_the_first_batch(tmp_path):
         assert runner.train_dataloader.num_workers == 1
         losses[name] = read_losses(path)
     assert losses['plain'] == losses['hook'] and losses['plain']
+
+
+def test_iteration_based_loops_get_it_from_the_first_batch(tmp_path):
+    """IterBasedTrainLoop starts its DataLoader iterator (and workers) when it is built, before
+    any hook runs: that iterator is made again with the capped workers."""
+    kwargs = tiny_runner_kwargs(str(tmp_path), with_val=False,
+                                train_cfg=dict(type='IterBasedTrainLoop', max_iters=2))
+    # Alone: ExactResumeHook remakes the iterator too (for its own reasons).
+    kwargs['custom_hooks'] = [dict(type='WorkerDefaultsHook', max_workers=1)]
+    kwargs['train_dataloader'].update(num_workers=2, sampler=dict(type='InfiniteSampler'))
+    kwargs['default_hooks'] = dict(checkpoint=dict(type='CheckpointHook', interval=100,
+                                                   by_epoch=False, save_last=False))
+    kwargs['param_scheduler'] = None
+    runner = Runner(**kwargs)
+    runner.train()
+    assert runner.train_loop.dataloader_iterator._iterator._num_workers == 1

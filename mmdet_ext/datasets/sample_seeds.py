@@ -137,6 +137,12 @@ class ResumableBatchSampler:
         return self._batches(self._skipped, epoch)
 
     def _batches(self, skip: int, epoch: int) -> Iterator[list[SeededKey]]:
+        # The wrapped samplers draw their order on the first batch, not when the iterator is
+        # made; an iteration-based loop's iterator is remade at the saved epoch in before_train,
+        # and DistSamplerSeedHook then sets the sampler to the loop's epoch (0) before the first
+        # batch: the order would be epoch 0's, the seeds this epoch's.
+        if getattr(self.sampler, 'epoch', epoch) != epoch:
+            self.sampler.set_epoch(epoch)
         for position, batch in enumerate(self.batch_sampler):
             if position < skip:
                 continue

@@ -20,16 +20,30 @@ def capture_rng_state() -> dict[str, Any]:
         'torch': torch.get_rng_state(),
     }
     if torch.cuda.is_available():
-        state['cuda'] = torch.cuda.get_rng_state_all()
+        # The current device's generator only: each rank trains on its own device, and the
+        # other visible GPUs (none, one or all of the machine's) are no part of its state.
+        state['cuda'] = torch.cuda.get_rng_state(torch.cuda.current_device())
     return state
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
-    """Inverse of :func:`capture_rng_state`; CUDA states only where this process has GPUs."""
+    """Inverse of :func:`capture_rng_state`; the CUDA state goes to the current device, and
+    only where this process has GPUs.
+
+    Checkpoints written before it saved one device carry a list, one state per GPU that
+    process saw; the current device's entry is taken (the device a rank uses has the same
+    index on every run of the same launch), none when that process saw fewer GPUs.
+    """
     version, internal, gauss_next = state['python']
     random.setstate((version, tuple(internal), gauss_next))
     kind, keys, pos, has_gauss, cached_gaussian = state['numpy']
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached_gaussian))
     torch.set_rng_state(state['torch'])
-    if 'cuda' in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state['cuda'])
+    if 'cuda' not in state or not torch.cuda.is_available():
+        return
+    device, cuda = torch.cuda.current_device(), state['cuda']
+    if isinstance(cuda, (list, tuple)):
+        if device >= len(cuda):
+            return
+        cuda = cuda[device]
+    torch.cuda.set_rng_state(cuda, device)

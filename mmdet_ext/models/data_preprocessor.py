@@ -7,7 +7,7 @@ from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmdet.models.utils.misc import samplelist_boxtype2tensor
 
 from .._compat import preprocessor_normalizes, preprocessor_swaps_channels
-from ..ops import has_kernel, normalize_batch, resize_normalize_batch
+from ..ops import deferred_pixels_device, has_kernel, normalize_batch, resize_normalize_batch
 from ..registry import MODELS
 from ..rounding import padded_size
 from ..transforms.fused_loading import PENDING_WARP_KEY
@@ -77,8 +77,7 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
         warp = data[PENDING_WARP_KEY]
         data_samples = self.cast_data(data.get('data_samples'))
         flat: torch.Tensor = data['inputs']
-        device = torch.device(self.device) if has_kernel('resize_normalize_batch', self.device) \
-            else torch.device('cpu')
+        device = deferred_pixels_device(self.device)
         flat = flat.to(device, non_blocking=flat.is_pinned())
         channels = int(warp['image_shapes'][0, 2]) if len(warp['image_shapes']) else 3
         reverse = preprocessor_swaps_channels(self) and channels == 3

@@ -7,7 +7,7 @@ wrapper's docstring is the op's contract (shapes, dtypes, units, reference), and
 ``csrc/library.cpp`` points to it. The fake kernels let ``torch.compile`` and
 ``torch.library.opcheck`` reason about the ops without running them.
 """
-from .devices import has_kernel
+from .devices import deferred_pixels_device, has_kernel
 from .image import IMREAD_FLAGS, SCALE_DENOMS, decode_image
 from .masks import (Polygon, pack_counts, pack_polygons, polygons_crop_and_resize,
                     polygons_to_masks, rle_area, rle_crop_and_resize, rle_decode, rle_decode_batch,
@@ -17,7 +17,8 @@ from .pixels import (FLIP_CODES, INTERPOLATIONS, normalize_batch, resize_normali
                      warp_image)
 
 __all__ = [
-    'FLIP_CODES', 'IMREAD_FLAGS', 'INTERPOLATIONS', 'SCALE_DENOMS', 'Polygon', 'decode_image', 'has_kernel',
+    'FLIP_CODES', 'IMREAD_FLAGS', 'INTERPOLATIONS', 'SCALE_DENOMS', 'Polygon', 'decode_image',
+    'deferred_pixels_device', 'has_kernel',
     'normalize_batch', 'pack_counts', 'pack_polygons', 'polygons_crop_and_resize',
     'polygons_to_masks', 'rle_area', 'rle_crop_and_resize', 'rle_decode', 'rle_decode_batch',
     'rle_encode', 'rle_from_polygons', 'rle_from_string', 'rle_merge', 'rle_to_bbox',

@@ -17,3 +17,11 @@ def has_kernel(op_name: str, device: torch.device | str) -> bool:
     # torch offers no public query; tests/test_cuda_kernels.py pins this one's behaviour.
     return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key(
         f'mmdet_ext::{op_name}', key)
+
+
+def deferred_pixels_device(model_device: torch.device | str) -> torch.device:
+    """Where ``resize_normalize_batch`` runs for a model on ``model_device``: there when this
+    build has a kernel for it, else the CPU (a CPU-only build on a GPU machine). Copying the
+    uint8 pixels anywhere else would only have them copied back."""
+    device = torch.device(model_device)
+    return device if has_kernel('resize_normalize_batch', device) else torch.device('cpu')

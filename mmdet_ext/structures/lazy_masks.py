@@ -201,9 +201,12 @@ class LazyInstanceMasks(BaseInstanceMasks):
         caller, ``mask_target_single``, reads them with ``to_ndarray``). Polygons equal
         ``PolygonMasks.crop_and_resize``, rasters ``BitmapMasks.crop_and_resize`` (which ignores
         ``interpolation``). All the polygon boxes go to one native call and all the boxes on
-        RLEs without pending operations to another, with their inputs on ``device`` so that the
-        dispatcher picks that device's kernel; the other rasters (PNG, pending operations, soft
-        targets) go through ``BitmapMasks``.
+        RLEs without pending operations to another, both on the CPU whatever ``device`` says:
+        the result is an ndarray (mmdet copies it to the device itself), and on a GPU the
+        inputs and outputs would cross PCIe with blocking copies, several per image, for
+        kernels that take microseconds (``to_tensor``, whose result stays on the device, does
+        use the CUDA kernels). The other rasters (PNG, pending operations, soft targets) go
+        through ``BitmapMasks``, with ``device`` as mmdet uses it.
         """
         out_h, out_w = out_shape
         inds = _index_array(inds)
@@ -214,40 +217,35 @@ class LazyInstanceMasks(BaseInstanceMasks):
         if not binarize and (kinds == _POLYGON).any():
             raise ValueError('Polygons are always binary, setting binarize=False is unsupported')
         device = torch.device(device)
-        bitmap_targets = partial(self._bitmap_targets, interpolation=interpolation,
-                                 binarize=binarize)
+        bitmap_targets = partial(self._bitmap_targets, device=device,
+                                 interpolation=interpolation, binarize=binarize)
         pieces = []
         for kind, targets in ((_POLYGON, self._polygon_targets), (_RLE, self._rle_targets),
                               (_BITMAP, bitmap_targets)):
             rows = np.flatnonzero(kinds == kind)
             if rows.size:
-                pieces.append((rows, targets(boxes[rows], inds[rows], out_shape, device)))
+                pieces.append((rows, targets(boxes[rows], inds[rows], out_shape)))
         out = np.empty((len(boxes), out_h, out_w),
                        dtype=np.result_type(*(targets.dtype for _, targets in pieces)))
         for rows, targets in pieces:
             out[rows] = targets
         return _bitmap_masks(out)
 
-    def _polygon_targets(self, boxes: np.ndarray, inds: np.ndarray, out_shape,
-                         device: torch.device) -> np.ndarray:
-        """ndarray[M, out_h, out_w] uint8 of polygon instances, one ``polygons_crop_and_resize``."""
+    def _polygon_targets(self, boxes: np.ndarray, inds: np.ndarray, out_shape) -> np.ndarray:
+        """ndarray[M, out_h, out_w] uint8 of polygon instances, one ``polygons_crop_and_resize``
+        on the CPU."""
         distinct, rows = _distinct(inds, len(self.items))
         packed = pack_polygons([self.items[i] for i in distinct])
-        run_on = _kernel_device('polygons_crop_and_resize', device)
-        return polygons_crop_and_resize(*(t.to(run_on) for t in packed),
-                                        _box_tensor(boxes).to(run_on),
-                                        torch.from_numpy(rows).to(run_on), out_shape).cpu().numpy()
+        return polygons_crop_and_resize(*packed, _box_tensor(boxes), torch.from_numpy(rows),
+                                        out_shape).numpy()
 
-    def _rle_targets(self, boxes: np.ndarray, inds: np.ndarray, out_shape,
-                     device: torch.device) -> np.ndarray:
+    def _rle_targets(self, boxes: np.ndarray, inds: np.ndarray, out_shape) -> np.ndarray:
         """ndarray[M, out_h, out_w] uint8 of RLEs without pending ops, one
-        ``rle_crop_and_resize``."""
+        ``rle_crop_and_resize`` on the CPU."""
         distinct, rows = _distinct(inds, len(self.items))
         counts, run_counts = pack_counts([self.items[i].counts() for i in distinct])
-        run_on = _kernel_device('rle_crop_and_resize', device)
-        return rle_crop_and_resize(counts.to(run_on), run_counts.to(run_on), self.height,
-                                   self.width, _box_tensor(boxes).to(run_on),
-                                   torch.from_numpy(rows).to(run_on), out_shape).cpu().numpy()
+        return rle_crop_and_resize(counts, run_counts, self.height, self.width,
+                                   _box_tensor(boxes), torch.from_numpy(rows), out_shape).numpy()
 
     def _bitmap_targets(self, boxes: np.ndarray, inds: np.ndarray, out_shape,
                         device: torch.device, interpolation: str, binarize: bool) -> np.ndarray:

@@ -12,12 +12,14 @@ import random
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
+import pytest
 import torch
 import torch.nn as nn
 from mmengine.evaluator import BaseMetric, Evaluator
 from mmengine.hooks import Hook
 from mmengine.logging import MMLogger
 from mmengine.model import BaseModel
+from mmengine.runner import Runner
 from torch.utils.data import Dataset
 
 import mmdet_ext  # noqa: F401  (registers the hooks these Runner settings name)
@@ -139,3 +141,47 @@ def tiny_runner_kwargs(work_dir: str, *, max_epochs: int = 4, seed: Optional[int
             val_cfg=dict(), val_evaluator=Evaluator(TinyLogitMetric()))
     kwargs.update(overrides)
     return kwargs
+
+
+class CrashAtIter(Hook):
+    """Dies at the start of iteration ``at`` (0-based), after the iterations before it saved."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        if runner.iter == self.at:
+            raise RuntimeError('simulated crash')
+
+
+def run_iter_based(work_dir, name: str, *, hooks: Sequence = (), save_every: int = 100,
+                   **overrides: Any) -> None:
+    """14 iterations of an ``IterBasedTrainLoop`` over 8-batch data epochs (``DefaultSampler``:
+    mmengine restarts the DataLoader after each), a checkpoint every ``save_every``
+    iterations, losses in ``work_dir/losses.jsonl``."""
+    loader = dict(dataset=TinyFlipDataset(32), batch_size=4, num_workers=0,
+                  sampler=dict(type='DefaultSampler', shuffle=True),
+                  collate_fn=dict(type='default_collate'))
+    kwargs = tiny_runner_kwargs(
+        str(work_dir), experiment_name=name, with_val=False, train_dataloader=loader,
+        train_cfg=dict(type='IterBasedTrainLoop', max_iters=14, val_interval=100),
+        custom_hooks=[*hooks, LossRecorderHook(str(work_dir / 'losses.jsonl'))], **overrides)
+    kwargs['default_hooks'] = dict(checkpoint=dict(type='AtomicCheckpointHook',
+                                                   interval=save_every, by_epoch=False))
+    kwargs['param_scheduler'] = dict(type='MultiStepLR', milestones=[6], gamma=0.5,
+                                     by_epoch=False)
+    Runner(**kwargs).train()
+
+
+def assert_iter_based_resume_repeats_the_run(tmp_path, save_at: int,
+                                            hooks: Sequence = ()) -> None:
+    """Uninterrupted, then saved after iteration ``save_at``, crashed, resumed: same losses."""
+    full, cut = tmp_path / 'full', tmp_path / 'cut'
+    run_iter_based(full, 'full', hooks=hooks)
+    with pytest.raises(RuntimeError, match='simulated crash'):
+        run_iter_based(cut, 'cut', save_every=save_at, hooks=[*hooks, CrashAtIter(save_at + 1)])
+    assert (cut / 'last_checkpoint').read_text().endswith(f'iter_{save_at}.pth')
+    run_iter_based(cut, 'resumed', resume=True, seed=None, hooks=hooks)
+    expected, got = read_losses(str(full / 'losses.jsonl')), read_losses(str(cut / 'losses.jsonl'))
+    assert sorted(got) == sorted(expected) == list(range(14))
+    assert got == expected

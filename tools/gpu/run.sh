@@ -7,7 +7,7 @@
 #    the machine lacks: only the ones not installed at the pinned version;
 # 2. starts building mmcv 2.1.0's compiled ops, detached (build_mmcv_ops.sh);
 # 3. builds mmdet_ext in place meanwhile, with its CUDA sources when torch is a CUDA build and
-#    nvcc exists, then waits for mmcv and installs it;
+#    CUDA_HOME has nvcc (setup.py's own test), then waits for mmcv and installs it;
 # 4. runs tools/gpu/harness.py: one table on stdout, and benchmarks/results/gpu.md on CUDA.
 #
 # Every step skips what is already done, so after an interruption (a 10-minute command limit,
@@ -48,16 +48,15 @@ if [ -n "$missing" ]; then
   # shellcheck disable=SC2086  # one argument per requirement
   python3 -m pip install --quiet --no-index --no-deps --find-links "$wheels" $missing
 fi
-source tools/gpu/build_env.sh  # pkg_resources for mmengine and mmcv's setup.py; can_build_cuda
+source tools/gpu/build_env.sh  # pkg_resources for mmengine and mmcv's setup.py
 
 # 2. mmcv with compiled ops (mmdet and mmdet_ext import mmcv.ops), in the background.
 bash tools/gpu/build_mmcv_ops.sh
 
 # 3. mmdet_ext, in place (editable), so the harness measures this checkout; then mmcv.
-if can_build_cuda; then
-  export FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-fi
-log "building mmdet_ext (FORCE_CUDA=${FORCE_CUDA:-0})"
+# setup.py decides whether to compile CUDA (mmdet_ext/_build_choice.py), as everywhere else.
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+log "building mmdet_ext: $(python3 mmdet_ext/_build_choice.py)"
 python3 -m pip install --quiet --no-deps --no-build-isolation -e .
 bash tools/gpu/build_mmcv_ops.sh --wait
 log "installs and builds took ${SECONDS} s"

@@ -129,8 +129,10 @@ at::Tensor rle_crop_and_resize_cuda(const at::Tensor& counts, const at::Tensor& 
   const c10::cuda::CUDAGuard guard(counts.device());
   const int64_t n = boxes.size(0);
   at::Tensor out = at::empty({n, out_h, out_w}, counts.options().dtype(at::kByte));
-  if (n == 0) {
-    return out;
+  if (n == 0 || height == 0 || width == 0) {
+    // A 0-pixel mask: every sample falls outside it, so mmcv (and the CPU kernel) give zeros;
+    // the kernel would read the empty decode.
+    return out.zero_();
   }
   // Crowd RLEs are few per image, so decoding each once at full size costs less than finding
   // runs per sample; the samples then read pixels as mmcv's roi_align reads the bitmap.

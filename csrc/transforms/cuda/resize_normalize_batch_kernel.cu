@@ -75,8 +75,7 @@ at::Tensor resize_normalize_batch_cuda(const at::Tensor& data, const at::Tensor&
   const at::Tensor means = mean.to(data.device(), at::kFloat).contiguous();
   const at::Tensor stds = std.to(data.device(), at::kFloat).contiguous();
   const at::Tensor images = cuda::to_device(plan.images, data.device());
-  const at::Tensor taps =
-      at::tensor(plan.taps, at::TensorOptions().dtype(at::kInt)).to(data.device());
+  const at::Tensor taps = cuda::to_device(plan.taps, data.device());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out_type, "resize_normalize_batch",
                                   [&] {
     resize_normalize_batch_kernel<scalar_t>

@@ -6,7 +6,7 @@ from mmengine.dist import all_gather_object
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.runner import IterBasedTrainLoop
 
-from ..._compat import infinite_iterator_epoch, restart_infinite_iterator, runner_resume_requested
+from ..._compat import data_epoch, restart_infinite_iterator, runner_resume_requested
 from ...datasets.sample_seeds import (ResumableBatchSampler, index_sampler,
                                       install_resumable_loading)
 from ...registry import HOOKS
@@ -38,7 +38,7 @@ class PrepaidIterator:
 
     @property
     def data_epoch(self) -> int:
-        return infinite_iterator_epoch(self.iterator)
+        return data_epoch(self.iterator)
 
 
 def saves_after_this_iter(hook: Hook, runner) -> bool:
@@ -64,12 +64,14 @@ class ExactResumeHook(Hook):
       epoch, rank, batch, slot), not from per-worker RNG streams
       (``datasets/sample_seeds.py``), so the data does not depend on the worker count or on
       ``persistent_workers``;
-    * snapshots every rank's RNG state at the end of each training epoch (iteration-based loops:
-      each iteration), after iterations a by-iteration ``CheckpointHook`` saves, and when
+    * snapshots every rank's RNG state at the end of each training epoch of an epoch-based
+      loop, after iterations a by-iteration ``CheckpointHook`` saves, and when
       ``SignalCheckpointHook`` is about to save, gathered onto rank 0; counts the batches
-      consumed in the current data epoch;
+      consumed in the current data epoch (of the batch the step trained on: a look-ahead such
+      as ``DevicePrefetcher`` may have drawn further);
     * writes snapshots, sampler seed and data position into the checkpoint;
-    * restores the snapshot after validation, so validation never shifts the training streams;
+    * puts this rank's RNG state back after validation as it was before, so validation never
+      shifts the training streams;
     * on resume only (``after_load_checkpoint`` also fires for ``load_from``; it checks the
       Runner's ``resume``), restores the sampler seed, each rank's own RNG and the data position
       in ``before_train``: the DataLoader starts at the next batch of the interrupted epoch,
@@ -84,13 +86,13 @@ class ExactResumeHook(Hook):
     behaviour); in distributed runs, a mid-epoch checkpoint saved by some other hook (warned).
     In the partial epoch after a mid-epoch resume, ``batch_idx`` (what LoggerHook shows as
     ``[i/N]``) counts the remaining batches only. In distributed runs the snapshot
-    costs one small all-gather per iteration-based iteration and per checkpoint.
+    costs one small all-gather per checkpoint and per epoch of an epoch-based loop.
     """
 
     priority = 'VERY_HIGH'  # snapshot and count before CheckpointHook (VERY_LOW) saves
 
     def __init__(self) -> None:
-        self._own_snapshot: Optional[dict[str, Any]] = None
+        self._before_val: Optional[dict[str, Any]] = None
         self._all_snapshots: Optional[list[dict[str, Any]]] = None
         self._snapshot_fresh = False
         self._to_restore: Optional[dict[str, Any]] = None
@@ -99,8 +101,7 @@ class ExactResumeHook(Hook):
         self._resume_skip = 0
 
     def _snapshot(self) -> None:
-        self._own_snapshot = capture_rng_state()
-        self._all_snapshots = all_gather_object(self._own_snapshot)
+        self._all_snapshots = all_gather_object(capture_rng_state())
         self._snapshot_fresh = True
 
     def before_train_epoch(self, runner) -> None:
@@ -115,16 +116,13 @@ class ExactResumeHook(Hook):
         self._batches.skip_next(0)  # the resumed epoch's iterators exist: the skip is spent
         loop = runner.train_loop
         if isinstance(loop, IterBasedTrainLoop):
-            iterator = loop.dataloader_iterator
-            epoch = iterator.data_epoch if isinstance(iterator, PrepaidIterator) \
-                else infinite_iterator_epoch(iterator)
+            epoch = data_epoch(loop.dataloader_iterator)
             self._position = [epoch, 1] if epoch != self._position[0] \
                 else [epoch, self._position[1] + 1]
-            self._snapshot()
         else:
             self._position[1] += 1
-            if any(saves_after_this_iter(hook, runner) for hook in runner.hooks):
-                self._snapshot()
+        if any(saves_after_this_iter(hook, runner) for hook in runner.hooks):
+            self._snapshot()
 
     def snapshot_for_save(self) -> None:
         """Snapshot every rank's RNG now, for a checkpoint saved next (call it on all ranks:
@@ -135,9 +133,13 @@ class ExactResumeHook(Hook):
         if not isinstance(runner.train_loop, IterBasedTrainLoop):
             self._snapshot()
 
+    def before_val(self, runner) -> None:
+        self._before_val = capture_rng_state()
+
     def after_val(self, runner) -> None:
-        if self._own_snapshot is not None:
-            restore_rng_state(self._own_snapshot)
+        if self._before_val is not None:
+            restore_rng_state(self._before_val)
+            self._before_val = None
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         if not self._snapshot_fresh:

@@ -8,7 +8,8 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
-from ..._compat import runner_loops
+from ..._compat import (discard_dataloader_iterator, infinite_iterator_epoch,
+                         restart_infinite_iterator, runner_loops)
 from ..._native import _C
 from ...registry import HOOKS
 
@@ -76,6 +77,13 @@ class WorkerDefaultsHook(Hook):
             loader = getattr(loop, 'dataloader', None)  # loops not built yet are still dicts
             if isinstance(loader, torch.utils.data.DataLoader):
                 self.apply(loader, name)
+                iterator = getattr(loop, 'dataloader_iterator', None)
+                if iterator is not None:
+                    # IterBasedTrainLoop made its iterator -- and started its workers -- when
+                    # it was built, before any hook ran: made again, the first data epoch has
+                    # these settings too.
+                    discard_dataloader_iterator(loader)
+                    restart_infinite_iterator(iterator, infinite_iterator_epoch(iterator))
 
     def apply(self, loader: torch.utils.data.DataLoader, name: str = 'train') -> None:
         """Apply the defaults to a DataLoader that has not been iterated yet."""
