@@ -256,19 +256,31 @@ def main() -> None:
                         choices=HEALTHY + tuple(PLANTED))
     parser.add_argument('--replay', nargs='*', default=[], type=Path)
     parser.add_argument('--out', type=Path, default=REPO / 'benchmarks' / 'results')
+    parser.add_argument('--resume', action='store_true',
+                        help='keep the runs already in <out>/memory_detector_runs.jsonl')
     args = parser.parse_args()
     loads = ('idle', 'loaded') if args.load == 'both' else (args.load,)
-    results = []
+    # Each run is appended as it ends, so that a long benchmark cut short keeps its runs;
+    # --resume goes on from them.
+    runs_file = args.out / 'memory_detector_runs.jsonl'
+    results = ([json.loads(line) for line in runs_file.read_text().splitlines()]
+               if args.resume and runs_file.is_file() else [])
+    if not args.resume:
+        runs_file.write_text('')
+    done = {(r['load'], r['repeat'], r['workload']) for r in results}
     for load in loads:
         spinners = busy_load(os.cpu_count() or 2) if load == 'loaded' else []
         try:
             for repeat in range(max(args.repeats, args.planted_repeats)):
                 for workload in args.workloads:
-                    if repeat >= (args.planted_repeats if workload in PLANTED else args.repeats):
+                    if (repeat >= (args.planted_repeats if workload in PLANTED else args.repeats)
+                            or (load, repeat, workload) in done):
                         continue
                     run = run_once(workload, args.epochs)
                     run.update(load=load, repeat=repeat)
                     results.append(run)
+                    with runs_file.open('a') as f:
+                        f.write(json.dumps(run) + '\n')
                     print(f'[{load} {repeat}] {workload}: {score(run)} ({run["seconds"]} s)',
                           flush=True)
         finally:
