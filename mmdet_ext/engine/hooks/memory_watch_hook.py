@@ -10,7 +10,8 @@ from mmengine.runner import BaseLoop
 from ..._compat import runner_loops
 from ...registry import HOOKS
 from ..memory import (CUDA, LEAK, MAIN, SAWTOOTH, TOTAL, KeptGraphDetector, MemoryRecord, Verdict,
-                      VerdictThresholds, memory_limit_mib, plot_record, release_free_heap)
+                      VerdictThresholds, memory_limit_mib, plot_record, release_free_heap,
+                      workers_will_fork)
 from ..memory.record import CUDA_FIELDS
 
 # What goes to the MessageHub (and so to the log line and every visualizer backend), per kind.
@@ -63,10 +64,14 @@ class MemoryWatchHook(Hook):
         out_dir: where to write the report; the Runner's work dir by default.
         write_every_epoch: write the report at each epoch end too, so that a job killed by the
             OOM killer still leaves one.
-        release_heap_before_fork: return the main process's free heap to the OS at each epoch
-            start, before the workers fork: a worker's leak would otherwise first fill the
-            free pages it inherited, unseen in its anonymous RSS (see
-            :func:`~..memory.sampling.release_free_heap`).
+        release_heap_before_fork: return the main process's free heap to the OS just before
+            DataLoader workers fork (a train epoch start with non-persistent workers, the first
+            one with persistent workers; the same before validation): a worker's leak would
+            otherwise first fill the free pages it inherited, unseen in its anonymous RSS (see
+            :func:`~..memory.sampling.release_free_heap`). Only then: each trim hands back the
+            free memory the allocator keeps (~250 MiB in the toy Mask R-CNN demo), which it
+            takes back within the next epoch, a sawtooth in the main process's anonymous RSS
+            that looks like growth (benchmarks/results/demo_main_memory.md).
     """
 
     priority = 'NORMAL'  # before LoggerHook (BELOW_NORMAL), so a sample is logged at once
@@ -126,7 +131,13 @@ class MemoryWatchHook(Hook):
     # ---- Runner callbacks -------------------------------------------------------------------
     def before_train_epoch(self, runner) -> None:
         self.record.mark_epoch(runner.epoch, runner.iter)
-        if self.release_heap_before_fork:
+        self._release_heap_if_forking(runner.train_loop.dataloader)
+
+    def before_val_epoch(self, runner) -> None:
+        self._release_heap_if_forking(runner.val_loop.dataloader)
+
+    def _release_heap_if_forking(self, loader: Any) -> None:
+        if self.release_heap_before_fork and workers_will_fork(loader):
             release_free_heap()
 
     def after_train_iter(self, runner, batch_idx: int, data_batch: Any = None,

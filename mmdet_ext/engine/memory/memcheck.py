@@ -15,7 +15,7 @@ from mmengine.runner import Runner
 from mmengine.structures import BaseDataElement
 
 from .record import MemoryRecord
-from .sampling import release_free_heap
+from .sampling import release_free_heap, workers_will_fork
 from .verdict import LEAK, Verdict, VerdictThresholds
 
 COPY_ONLY = '(copy only)'
@@ -129,7 +129,8 @@ def run_dataloader(dataloader_cfg: dict, iters: int, workers: Optional[int] = No
     iteration, epoch = 0, 0
     while iteration < iters:
         record.mark_epoch(epoch, iteration)
-        release_free_heap()  # before the workers fork, as MemoryWatchHook does
+        if workers_will_fork(loader):
+            release_free_heap()  # before the workers fork, as MemoryWatchHook does
         for batch_idx, _ in enumerate(loader):
             iteration += 1
             if batch_idx == 0 or iteration % interval == 0:

@@ -118,6 +118,20 @@ def read_cuda_memory() -> Optional[Dict[str, float]]:
                 peak=torch.cuda.max_memory_allocated() / MIB)
 
 
+def workers_will_fork(loader: Any) -> bool:
+    """Whether iterating ``loader`` now starts DataLoader worker processes.
+
+    A loader without workers never forks; one with non-persistent workers forks at every
+    ``iter()``; one with persistent workers only at the first (afterwards it keeps its
+    ``_iterator`` and resets it).
+    """
+    if not getattr(loader, 'num_workers', 0):
+        return False
+    if not getattr(loader, 'persistent_workers', False):
+        return True
+    return getattr(loader, '_iterator', None) is None
+
+
 def release_free_heap() -> bool:
     """Give the main process's free malloc memory back to the OS (glibc ``malloc_trim(0)``).
 
