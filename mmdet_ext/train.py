@@ -7,12 +7,12 @@
 (``custom_imports``), exactly as a user's config would; importing it here first also lets the
 config inherit ``mmdet_ext::`` base configs (mmdet_ext/config_scope.py). If a DataLoader worker
 dies (segfault, OOM killer), the error is extended with the sample each dead worker was loading.
+A distributed run ends through ``run_and_exit`` (mmdet_ext/engine/process_exit.py), so that a
+finished or preempted rank exits 0 or 75, never SIGABRT from gloo's threads.
 """
 import argparse
 import os
 import os.path as osp
-
-import torch.distributed as dist
 
 from mmdet.utils import setup_cache_size_limit_of_dynamo
 from mmengine.config import Config, DictAction
@@ -20,6 +20,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 from .datasets.inflight import dead_worker_samples
+from .engine.process_exit import run_and_exit
 
 
 def parse_args() -> argparse.Namespace:
@@ -80,16 +81,7 @@ def main() -> None:
         if not notes:
             raise
         raise RuntimeError('\n'.join([str(err), *notes])) from err
-    finally:
-        shut_down_process_group()
-
-
-def shut_down_process_group() -> None:
-    """Destroy torch.distributed's group before exit: gloo's threads still running at interpreter
-    shutdown abort the rank ("terminate called without an active exception")."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 if __name__ == '__main__':
-    main()
+    run_and_exit(main)

@@ -11,6 +11,7 @@ TRAIN = textwrap.dedent('''
     from mmengine.hooks import Hook
     from mmengine.runner import Runner
     from helpers.tiny_runner import LossRecorderHook, tiny_runner_kwargs
+    from mmdet_ext.engine.process_exit import run_and_exit
 
     work_dir, max_epochs, load_from = sys.argv[1], int(sys.argv[2]), sys.argv[3] or None
     rank = int(os.environ['RANK'])
@@ -31,11 +32,7 @@ TRAIN = textwrap.dedent('''
                                 resume=load_from is not None, load_from=load_from,
                                 custom_hooks=[RecordLoad(),
                                               LossRecorderHook(f'{work_dir}/loss{rank}.jsonl')])
-    Runner(**kwargs).train()
-    # Tear gloo down before the interpreter does: a rank exiting with gloo's threads still joinable
-    # aborts with "terminate called without an active exception" (seen once in CI).
-    dist.barrier()
-    dist.destroy_process_group()
+    run_and_exit(Runner(**kwargs).train)  # as tools/train.py ends a rank: never SIGABRT at exit
 ''')
 
 

@@ -90,6 +90,7 @@ TWO_RANKS = textwrap.dedent('''
     from mmengine.runner import Runner
     import test_preemption_resume as t
     from helpers.tiny_runner import LossRecorderHook, tiny_runner_kwargs
+    from mmdet_ext.engine.process_exit import run_and_exit
 
     work_dir, name, signal_rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rank = int(os.environ['RANK'])
@@ -103,10 +104,7 @@ TWO_RANKS = textwrap.dedent('''
         work_dir, experiment_name=name, launcher='pytorch', max_epochs=2,
         train_dataloader=t._loader(0, False), custom_hooks=hooks, resume=name == 'resumed',
         cfg=dict(model_wrapper_cfg=dict(type='MMDistributedDataParallel', device_ids=None)))
-    try:
-        Runner(**kwargs).train()
-    finally:
-        dist.destroy_process_group()
+    run_and_exit(Runner(**kwargs).train)  # exit status 0 or 75, as tools/train.py ends a rank
 ''')
 
 

@@ -6,7 +6,8 @@
 The checkout's entry point to ``python -m mmdet_ext.train`` (mmdet_ext/train.py), which an
 installed wheel has as well.
 """
+from mmdet_ext.engine.process_exit import run_and_exit
 from mmdet_ext.train import main
 
 if __name__ == '__main__':
-    main()
+    run_and_exit(main)
