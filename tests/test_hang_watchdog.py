@@ -16,13 +16,16 @@ from mmengine.runner import Runner
 from mmdet_ext._compat import dataloader_worker_processes
 from mmdet_ext.datasets.inflight import InflightRecord
 from mmdet_ext.engine.hooks import HangDetected, HangWatchdogHook
+from helpers.manual_clock import ManualClock, SetAfterIteration, wait_for_file
 from helpers.tiny_runner import TinyFlipDataset, TinyLogitMetric, tiny_runner_kwargs
 
 HANG_INDEX = 9  # batch 2 (indices 8-11, no shuffle): worker 0 loads it after batch 0
 
 
 def block_until_released(release_file: str) -> None:
-    """The planted hang: a worker stays here until ``release_file`` exists (maybe never)."""
+    """The planted hang: a worker stays here until ``release_file`` exists (maybe never).
+    ``<release_file>.hung`` tells the test clock that the hang is real."""
+    open(f'{release_file}.hung', 'w').close()
     while not osp.exists(release_file):
         time.sleep(0.05)
 
@@ -46,17 +49,24 @@ class HangingDataset(TinyFlipDataset):
 
 
 def make_runner(work_dir: str, on_hang: str, with_val: bool = False) -> Runner:
+    """The watchdog's clock stands still (however slow the machine: no early report) until the
+    hang is real -- 2 iterations done and seen by the watchdog, the worker blocked on sample 9 --
+    then jumps past the bound once."""
     # timeout: if the watchdog never fires, the DataLoader gives up after 60 s and the test
     # fails instead of hanging CI.
+    release = osp.join(work_dir, 'release')
     loader = dict(batch_size=4, num_workers=2, timeout=60,
                   collate_fn=dict(type='default_collate'),
-                  dataset=HangingDataset(work_dir, osp.join(work_dir, 'release')),
+                  dataset=HangingDataset(work_dir, release),
                   sampler=dict(type='DefaultSampler', shuffle=False))
+    two_done = threading.Event()
+    clock = ManualClock(jump_when=lambda: two_done.is_set() and osp.exists(f'{release}.hung'))
     kwargs = tiny_runner_kwargs(
         work_dir, max_epochs=1, with_val=with_val, train_dataloader=loader,
         custom_hooks=[dict(type='WorkerDefaultsHook', timeout=0),
-                      dict(type='HangWatchdogHook', min_timeout=3, on_hang=on_hang,
-                           dump_wait=1.0)],
+                      HangWatchdogHook(min_timeout=3, on_hang=on_hang, dump_wait=1.0,
+                                       clock=clock),
+                      SetAfterIteration(2, two_done)],
         log_level='WARNING', experiment_name=f'hang_{on_hang}_{os.getpid()}')
     return Runner(**kwargs)
 
@@ -106,10 +116,10 @@ def test_wait_reports_once_and_lets_the_run_finish_when_the_sample_comes(tmp_pat
     report = osp.join(work_dir, 'hang_report.txt')
 
     def release_after_report() -> None:
-        while not osp.exists(report):
-            time.sleep(0.1)
-        time.sleep(0.5)  # the report is complete before the worker moves on
-        open(osp.join(work_dir, 'release'), 'w').close()
+        # The report appears whole (renamed into place). No report: nothing is released and the
+        # DataLoader's timeout fails the run.
+        if wait_for_file(report):
+            open(osp.join(work_dir, 'release'), 'w').close()
 
     releaser = threading.Thread(target=release_after_report, daemon=True)
     releaser.start()
@@ -132,30 +142,46 @@ def test_bound_is_floor_until_enough_iterations_then_k_times_median() -> None:
 
 
 TWO_RANKS = textwrap.dedent('''
-    import os, sys, time
+    import os, sys, threading
     import torch.distributed as dist
     from mmengine.hooks import Hook
     from mmengine.runner import Runner
+    from helpers.manual_clock import ManualClock, SetAfterIteration, wait_for_file
     from helpers.tiny_runner import tiny_runner_kwargs
+    from mmdet_ext.engine.hooks import HangWatchdogHook
+    from mmdet_ext.engine.hooks.hang_watchdog_hook import read_progress
     from mmdet_ext.engine.process_exit import run_and_exit
 
     work_dir = sys.argv[1]
     rank = int(os.environ['RANK'])
+    at_hang = threading.Event()
 
     class StallRank1(Hook):
-        """Rank 1 stalls after iteration index 2 until rank 0 has written its report."""
+        """Rank 1 stalls after iteration index 2 (before its watchdog counts it) until both
+        ranks have written their reports."""
         def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
             if rank == 1 and runner.iter == 2:
-                while not os.path.exists(os.path.join(work_dir, 'hang_report.txt')):
-                    time.sleep(0.1)
-                time.sleep(1.0)
+                at_hang.set()
+                for name in ('hang_report.txt', 'hang_report_rank1.txt'):
+                    assert wait_for_file(os.path.join(work_dir, name)), name
 
+    def hang_is_real():
+        """This rank at its stall (rank 0: 3 iterations done, waiting in the all-reduce of the
+        4th; rank 1: in StallRank1) and each rank's published progress shows it."""
+        if not at_hang.is_set():
+            return False
+        progress = read_progress(work_dir, 2)
+        return [p and p[0] for p in progress.values()] == [3, 2]
+
+    hooks = [StallRank1(), HangWatchdogHook(min_timeout=3, on_hang='wait',
+                                            clock=ManualClock(jump_when=hang_is_real))]
+    if rank == 0:
+        hooks.append(SetAfterIteration(3, at_hang))
     dist.init_process_group('gloo')  # as tests/test_checkpoint_distributed.py (CPU torch)
     kwargs = tiny_runner_kwargs(
         work_dir, max_epochs=3, with_val=False, launcher='pytorch',
         cfg=dict(model_wrapper_cfg=dict(type='MMDistributedDataParallel', device_ids=None)),
-        custom_hooks=[StallRank1(), dict(type='HangWatchdogHook', min_timeout=3, on_hang='wait')],
-        log_level='WARNING')
+        custom_hooks=hooks, log_level='WARNING')
     run_and_exit(Runner(**kwargs).train)  # as tools/train.py ends a rank: never SIGABRT at exit
 ''')
 
@@ -188,20 +214,28 @@ def test_two_ranks_report_names_the_rank_behind(tmp_path) -> None:
 
 
 class SlowEvaluationMetric(TinyLogitMetric):
-    """An evaluation that takes longer than the watchdog's bound, as COCO/LVIS evaluation can."""
+    """An evaluation that takes longer than the watchdog's bound, as COCO/LVIS evaluation can:
+    the watchdog's clock jumps past the bound, and the watchdog thread looks at it twice (a full
+    check with the jumped time) before the evaluation ends."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__()
+        self.clock = clock
 
     def compute_metrics(self, results: list) -> dict[str, float]:
-        time.sleep(5)
+        self.clock.advance()
+        self.clock.wait_for_reads(2)
         return super().compute_metrics(results)
 
 
 def test_a_long_evaluation_is_not_a_hang(tmp_path) -> None:
     from mmengine.evaluator import Evaluator
     work_dir = str(tmp_path)
+    clock = ManualClock()
     kwargs = tiny_runner_kwargs(
         work_dir, max_epochs=1, with_val=True,
-        custom_hooks=[dict(type='HangWatchdogHook', min_timeout=2, on_hang='raise')],
+        custom_hooks=[HangWatchdogHook(min_timeout=2, on_hang='raise', clock=clock)],
         log_level='WARNING', experiment_name=f'slow_eval_{os.getpid()}')
-    kwargs['val_evaluator'] = Evaluator(SlowEvaluationMetric())
+    kwargs['val_evaluator'] = Evaluator(SlowEvaluationMetric(clock))
     Runner(**kwargs).train()
     assert not osp.exists(osp.join(work_dir, 'hang_report.txt'))

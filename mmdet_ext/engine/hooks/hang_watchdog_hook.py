@@ -130,14 +130,20 @@ class HangWatchdogHook(Hook):
             fails and a scheduler restarts it from the last checkpoint) or ``'wait'`` (report
             once per stall, keep waiting).
         dump_wait: seconds to wait for the workers' stack dumps after SIGUSR2.
-        poll: seconds between the watchdog thread's checks (default: bound-dependent, <= 1 s).
+        poll: seconds between the watchdog thread's checks (default: bound-dependent, <= 1 s);
+            real time, whatever ``clock`` is.
+        clock: the clock stalls and iteration times are measured on, in seconds (default
+            :func:`time.monotonic`). For tests and simulation: a clock that only moves when told
+            to makes the hang decision independent of the machine's speed. Real time still
+            paces the thread (``poll``, ``dump_wait``) and stamps the report and progress files.
     """
 
     priority = 'LOWEST'  # a training iteration counts as done after its checkpoint save
 
     def __init__(self, k: float = 20, min_timeout: float = 600, on_hang: str = 'raise',
                  min_iters: int = 5, window: int = 100, dump_wait: float = 1.0,
-                 poll: Optional[float] = None) -> None:
+                 poll: Optional[float] = None,
+                 clock: Optional[Callable[[], float]] = None) -> None:
         if on_hang not in ('raise', 'wait'):
             raise ValueError(f"on_hang must be 'raise' or 'wait', got {on_hang!r}")
         if min_timeout <= 0 or k <= 0:
@@ -148,8 +154,9 @@ class HangWatchdogHook(Hook):
         self.min_iters = min_iters
         self.dump_wait = dump_wait
         self.poll = poll if poll is not None else min(1.0, min_timeout / 10)
+        self.clock = clock if clock is not None else time.monotonic
         self._durations: deque = deque(maxlen=window)
-        self._last_tick = time.monotonic()
+        self._last_tick = self.clock()
         self._last_iter: Optional[int] = None
         self._reported_tick: Optional[float] = None
         self._evaluating = False
@@ -225,7 +232,7 @@ class HangWatchdogHook(Hook):
 
     # ---- the clock -----------------------------------------------------------------------
     def _tick(self, runner, timed: bool) -> None:
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             if timed:
                 self._durations.append(now - self._last_tick)
@@ -289,7 +296,7 @@ class HangWatchdogHook(Hook):
                 self._publish_progress(runner)
             bound = self.bound()
             with self._lock:
-                stalled = time.monotonic() - self._last_tick
+                stalled = self.clock() - self._last_tick
                 tick, last_iter = self._last_tick, self._last_iter
                 already = self._reported_tick == tick
                 evaluating = self._evaluating
@@ -436,10 +443,13 @@ class HangWatchdogHook(Hook):
         if not workers:
             lines.append('(none: no multi-process DataLoader iterator is open)')
         lines += ['', '== main process: Python stacks of all threads ==', '']
-        with open(self.report_path, 'w') as f:
+        # Written aside, then renamed: whoever sees the report (a person, a scheduler) sees it whole.
+        partial = f'{self.report_path}.{os.getpid()}.tmp'
+        with open(partial, 'w') as f:
             f.write('\n'.join(lines) + '\n')
             f.flush()
             faulthandler.dump_traceback(file=f, all_threads=True)
+        os.replace(partial, self.report_path)
         summary = f'HangWatchdogHook: {head}. Report: {self.report_path}'
         if summaries:
             summary += '. ' + '; '.join(summaries)
