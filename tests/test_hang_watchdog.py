@@ -64,7 +64,7 @@ def make_runner(work_dir: str, on_hang: str, with_val: bool = False) -> Runner:
     kwargs = tiny_runner_kwargs(
         work_dir, max_epochs=1, with_val=with_val, train_dataloader=loader,
         custom_hooks=[dict(type='WorkerDefaultsHook', timeout=0),
-                      HangWatchdogHook(min_timeout=3, on_hang=on_hang, dump_wait=1.0,
+                      HangWatchdogHook(min_timeout=3, on_hang=on_hang, dump_wait=60.0,
                                        clock=clock),
                       SetAfterIteration(2, two_done)],
         log_level='WARNING', experiment_name=f'hang_{on_hang}_{os.getpid()}')

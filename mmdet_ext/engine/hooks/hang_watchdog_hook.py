@@ -11,7 +11,8 @@ never below ``min_timeout`` seconds -- the thread writes ``hang_report.txt`` in 
 
 Worker stacks: every worker registers ``faulthandler`` on SIGUSR2 (``worker_init_fn`` wrapper
 installed by this hook) writing to ``worker_stack_<pid>.txt`` in the work dir; the watchdog sends
-SIGUSR2 to each worker that registered, waits ``dump_wait`` seconds and copies the dumps in.
+SIGUSR2 to each worker that registered, waits until the dumps are written (at most
+``dump_wait`` seconds) and copies them in.
 
 Distributed: each rank's watchdog thread keeps ``progress_rank<R>.txt`` (iterations done) in
 the shared work dir; a stalled rank's report (rank R > 0: ``hang_report_rank<R>.txt``) lists
@@ -129,7 +130,8 @@ class HangWatchdogHook(Hook):
         on_hang: ``'raise'`` (report, then :class:`HangDetected` in the main thread: the job
             fails and a scheduler restarts it from the last checkpoint) or ``'wait'`` (report
             once per stall, keep waiting).
-        dump_wait: seconds to wait for the workers' stack dumps after SIGUSR2.
+        dump_wait: the longest wait (seconds) for the workers' stack dumps after SIGUSR2; the
+            report is written as soon as every dump is complete.
         poll: seconds between the watchdog thread's checks (default: bound-dependent, <= 1 s);
             real time, whatever ``clock`` is.
         clock: the clock stalls and iteration times are measured on, in seconds (default
@@ -141,7 +143,7 @@ class HangWatchdogHook(Hook):
     priority = 'LOWEST'  # a training iteration counts as done after its checkpoint save
 
     def __init__(self, k: float = 20, min_timeout: float = 600, on_hang: str = 'raise',
-                 min_iters: int = 5, window: int = 100, dump_wait: float = 1.0,
+                 min_iters: int = 5, window: int = 100, dump_wait: float = 10.0,
                  poll: Optional[float] = None,
                  clock: Optional[Callable[[], float]] = None) -> None:
         if on_hang not in ('raise', 'wait'):
@@ -341,6 +343,19 @@ class HangWatchdogHook(Hook):
             signal.default_int_handler(signum, frame)
 
     # ---- the report ----------------------------------------------------------------------
+    def _wait_for_dumps(self, paths: list[str]) -> None:
+        """Until every dump file has stopped growing after its first bytes, at most
+        ``dump_wait`` seconds: a loaded machine may take a while to run a worker's handler, and
+        a fixed wait would then copy an empty stack."""
+        deadline = time.monotonic() + self.dump_wait
+        sizes = {path: -1 for path in paths}
+        while paths and time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = {path: osp.getsize(path) if osp.exists(path) else 0 for path in paths}
+            if all(size > 0 and size == sizes[path] for path, size in now.items()):
+                return
+            sizes = now
+
     def _worker_stack_pids(self, directory: str) -> list[int]:
         pids = []
         prefix = 'worker_stack_'
@@ -385,8 +400,7 @@ class HangWatchdogHook(Hook):
                     signalled.append(pid)
                 except OSError:
                     pass
-        if signalled:
-            time.sleep(self.dump_wait)
+        self._wait_for_dumps([worker_stack_path(runner.work_dir, pid) for pid in signalled])
         for pid in signalled:
             with open(worker_stack_path(runner.work_dir, pid)) as f:
                 dumped[pid] = f.read().strip('\0\n')
