@@ -320,10 +320,25 @@ def summarize(path: Path) -> None:
             print(f'  {s["kib"]:+9.1f} KiB {s["count"]:+7d} blocks  {s["site"]}')
     memory = path.with_name('memory.json')
     if memory.exists():
-        mem = json.loads(memory.read_text())
-        print('\nMemoryWatchHook verdicts at the end:')
-        for v in mem['verdicts']:
-            print(f'  {v["label"]}: {v["verdict"]} ({v.get("reason", "")})')
+        replay_verdicts(json.loads(memory.read_text()))
+
+
+def replay_verdicts(mem: dict) -> None:
+    """The main process's verdict as MemoryWatchHook gave it at each epoch end (default
+    thresholds), replayed from memory.json."""
+    from mmdet_ext.engine.memory import MAIN, VerdictThresholds, judge_series
+    s = mem['series'][MAIN]
+    starts = sorted(int(v) for v in mem['epoch_starts'].values())
+    ends = starts[1:] + [s['iter'][-1]]
+    lengths = sorted(b - a for a, b in zip(starts, starts[1:]))
+    per_epoch = lengths[len(lengths) // 2] if lengths else None
+    print(f'\nmemory.json: {len(s["iter"])} main samples, iterations {s["iter"][0]}..'
+          f'{s["iter"][-1]}, {per_epoch} per epoch; main verdict at each epoch end:')
+    for epoch, end in enumerate(ends, 1):
+        n = sum(1 for it in s['iter'] if it <= end)
+        v = judge_series(MAIN, s['iter'][:n], s['pid'][:n], s['anon'][:n], None, per_epoch,
+                         VerdictThresholds())
+        print(f'  epoch {epoch:2d} (iter {end}): {v.summary()}')
 
 
 def main() -> None:
