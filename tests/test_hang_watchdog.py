@@ -95,18 +95,23 @@ def check_report(work_dir: str) -> str:
 def test_raise_writes_report_naming_stuck_worker_and_ends_run(tmp_path) -> None:
     work_dir = str(tmp_path)
     runner = make_runner(work_dir, 'raise')
+    # What Ctrl-C did before the run (a shell's background job starts with it ignored).
+    sigint_before = signal.getsignal(signal.SIGINT)
     with pytest.raises(HangDetected, match='hang_report.txt') as error:
         runner.train()
-    pid = check_report(work_dir)
-    assert f'worker pid {pid}' in str(error.value)
-    assert 'sample 9' in str(error.value)
-    # The in-flight record of the stuck worker is kept as evidence; Ctrl-C works as before.
-    assert osp.exists(osp.join(work_dir, f'inflight_{pid}.txt'))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    # The traceback holds the DataLoader iterator; dropping it shuts the workers down (in a real
-    # job the process ends here). No worker of this run is left.
-    del error
-    gc.collect()
+    try:
+        pid = check_report(work_dir)
+        assert f'worker pid {pid}' in str(error.value)
+        assert 'sample 9' in str(error.value)
+        # The in-flight record of the stuck worker is kept as evidence; Ctrl-C works as before.
+        assert osp.exists(osp.join(work_dir, f'inflight_{pid}.txt'))
+        assert signal.getsignal(signal.SIGINT) is sigint_before
+    finally:
+        # The traceback holds the DataLoader iterator; dropping it shuts the workers down (in a
+        # real job the process ends here), also when an assertion above failed, so that the
+        # next test sees no worker of this run.
+        del error
+        gc.collect()
     assert not dataloader_worker_processes()
 
 

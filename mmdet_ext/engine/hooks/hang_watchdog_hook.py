@@ -339,7 +339,7 @@ class HangWatchdogHook(Hook):
         previous = self._previous_sigint
         if callable(previous):
             previous(signum, frame)
-        else:
+        elif previous != signal.SIG_IGN:  # a job started with Ctrl-C ignored keeps ignoring it
             signal.default_int_handler(signum, frame)
 
     # ---- the report ----------------------------------------------------------------------
