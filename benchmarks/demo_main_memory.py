@@ -17,7 +17,7 @@ the main process only:
   chunks), mmengine's MessageHub (log_scalars HistoryBuffer lengths and bytes, runtime_info
   keys), the MemoryWatchHook record's length, our hooks' per-iteration state, the evaluator's
   pending results, gc object count and, with ``--tracemalloc``, the top allocation-site
-  differences (file:line) against the previous phase point and against the end of epoch 1.
+  differences (file:line) against the previous phase point and against the end of epoch 2 (0-based epoch 1).
 
 Writes ``DIR/main_probe.json``; ``--summarize`` prints the tables of
 benchmarks/results/demo_main_memory.md from it (and from ``DIR/memory.json``).
@@ -158,7 +158,8 @@ def hook_state(runner) -> dict:
 
 
 class TraceDiffs:
-    """tracemalloc snapshots at phase points: top growth by file:line."""
+    """tracemalloc at phase points: top growth by file:line against the previous point and the
+    end of epoch 2 (grouped once per point: comparing whole snapshots took minutes)."""
 
     def __init__(self, top: int = 12) -> None:
         self.top = top
@@ -169,17 +170,24 @@ class TraceDiffs:
 
     def diff(self, set_reference: bool) -> dict:
         snap = tracemalloc.take_snapshot().filter_traces(self.filters)
+        sites = {}
+        for s in snap.statistics('lineno'):
+            frame = s.traceback[0]
+            sites[f'{frame.filename}:{frame.lineno}'] = (s.size, s.count)
+        del snap
         out = dict(traced_mib=round(tracemalloc.get_traced_memory()[0] / MIB, 2))
-        for name, base in (('vs_previous', self.previous), ('vs_epoch1', self.reference)):
+        for name, base in (('vs_previous', self.previous), ('vs_epoch2', self.reference)):
             if base is not None:
-                stats = snap.compare_to(base, 'lineno')
-                stats.sort(key=lambda s: -abs(s.size_diff))
-                out[name] = [dict(site=f'{s.traceback[0].filename}:{s.traceback[0].lineno}',
-                                  kib=round(s.size_diff / 1024, 1), count=s.count_diff)
-                             for s in stats[:self.top]]
-        self.previous = snap
+                diffs = [(site, size - base.get(site, (0, 0))[0], count - base.get(site, (0, 0))[1])
+                         for site, (size, count) in sites.items()]
+                diffs += [(site, -size, -count) for site, (size, count) in base.items()
+                          if site not in sites]
+                diffs.sort(key=lambda d: -abs(d[1]))
+                out[name] = [dict(site=site, kib=round(size / 1024, 1), count=count)
+                             for site, size, count in diffs[:self.top]]
+        self.previous = sites
         if set_reference:
-            self.reference = snap
+            self.reference = sites
         return out
 
 
@@ -310,13 +318,13 @@ def summarize(path: Path) -> None:
               f'{p["arenas"]["mmap_chunks"]} | {p["hub"]["total_values"]} | '
               f'{p["hooks"].get("memwatch_values")} | {p["gc_objects"]} |')
     if data['tracemalloc']:
-        last = [p for p in points if 'vs_epoch1' in p.get('tracemalloc', {})][-1]
+        last = [p for p in points if 'vs_epoch2' in p.get('tracemalloc', {})][-1]
         first_ref = next(p for p in points if p['phase'] == 'after_train_epoch'
                          and p['epoch'] == 1)
         print(f'\ntracemalloc: traced {first_ref["tracemalloc"]["traced_mib"]} MiB at the end '
-              f'of epoch 1 -> {last["tracemalloc"]["traced_mib"]} MiB at {last["phase"]} '
+              f'of epoch 2 -> {last["tracemalloc"]["traced_mib"]} MiB at {last["phase"]} '
               f'(epoch {last["epoch"]}); top differences by file:line:')
-        for s in last['tracemalloc']['vs_epoch1']:
+        for s in last['tracemalloc']['vs_epoch2']:
             print(f'  {s["kib"]:+9.1f} KiB {s["count"]:+7d} blocks  {s["site"]}')
     memory = path.with_name('memory.json')
     if memory.exists():
