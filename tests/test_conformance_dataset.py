@@ -39,9 +39,11 @@ ARGUMENTS = {
 
 
 def dataset_arguments(root, split: str, arguments: dict) -> dict:
-    return dict(data_root=str(root), ann_file=f'annotations/instances_{split}.json',
-                data_prefix=dict(img=f'{split}/'), pipeline=[], metainfo=dict(classes=CLASSES),
-                **arguments)
+    """The toy set's arguments, with ``arguments`` replacing any of them (metainfo too)."""
+    common = dict(data_root=str(root), ann_file=f'annotations/instances_{split}.json',
+                  data_prefix=dict(img=f'{split}/'), pipeline=[], metainfo=dict(classes=CLASSES))
+    common.update(arguments)
+    return common
 
 
 def build_pair(root, split: str, arguments: dict) -> tuple:

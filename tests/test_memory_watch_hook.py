@@ -270,17 +270,18 @@ def test_slow_leak_is_named_once_it_lasted_and_stays_named(tmp_path):
     # Persistent workers keeping 4 KiB per sample: 16 MiB/1000 iter each, a leak by the default
     # thresholds (10 MiB/1000 iter), too small to see in the first epochs. With the default
     # 200-iteration warm-up and 200-iteration epochs, the rule cannot name it before 3 epochs
-    # past the warm-up (iteration 800); what it says before depends on the samples, so only
-    # "not a leak" is asserted there. The hook's defaults: every iteration sampled at first,
-    # the record thinned as it fills.
+    # past the warm-up (iteration 800), and the heap grows in steps, so the run goes on to 1000
+    # for a margin; what it says before 800 depends on the samples, so only "not a leak" is
+    # asserted there. The hook's defaults: every iteration sampled at first, the record thinned
+    # as it fills.
     hook = dict(type='MemoryWatchHook', sawtooth_mib=32)
     runner = _runner(tmp_path, dict(type='AppendingDataset', length=1600, leak_kib=4),
-                     hook=hook, epochs=4, persistent_workers=True)
+                     hook=hook, epochs=5, persistent_workers=True)
     runner.train()
     log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
     lines = [line for line in log.splitlines() if 'MemoryWatch after' in line]
     assert [line.split('MemoryWatch after ')[1].split(' ')[0] for line in lines] == [
-        '200', '400', '600', '800']
+        '200', '400', '600', '800', '1000']
     for early in lines[:3]:
         assert ' leak (' not in early, early
     assert 'train.w0 leak' in lines[-1] and 'train.w1 leak' in lines[-1], lines[-1]
@@ -290,10 +291,10 @@ def test_slow_leak_is_named_once_it_lasted_and_stays_named(tmp_path):
     assert verdicts['train.w0']['slope_mib_per_kiter'] == pytest.approx(16, rel=0.25)
     assert verdicts['train.w0']['lives'] == 1
     assert set(report['meta']['leaks_named_at']) == {'train.w0', 'train.w1'}
-    # 800 iterations fit in 400 samples: the interval doubled, the samples span the whole run.
+    # 1000 iterations fit in 400 samples: the interval doubled, the samples span the whole run.
     main = report['series']['main']['iter']
     assert report['meta']['interval'] >= 2 and 200 <= len(main) <= 400
-    assert main[0] == 1 and main[-1] == 800
+    assert main[0] == 1 and main[-1] == 1000
 
 
 def test_a_named_leak_is_not_taken_back_by_the_next_judgement():
