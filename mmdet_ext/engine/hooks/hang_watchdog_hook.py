@@ -457,7 +457,8 @@ class HangWatchdogHook(Hook):
         if not workers:
             lines.append('(none: no multi-process DataLoader iterator is open)')
         lines += ['', '== main process: Python stacks of all threads ==', '']
-        # Written aside, then renamed: whoever sees the report (a person, a scheduler) sees it whole.
+        # Written aside, then renamed: whoever sees the report (a person, a scheduler) sees it
+        # whole.
         partial = f'{self.report_path}.{os.getpid()}.tmp'
         with open(partial, 'w') as f:
             f.write('\n'.join(lines) + '\n')
