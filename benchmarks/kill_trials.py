@@ -6,24 +6,28 @@
 ``checkpoint``: a real mmengine ``Runner`` (the tiny net of ``tests/helpers/tiny_runner.py``
 plus 32 MB of frozen ballast, so that a save takes a while; 4 iterations per epoch) trains with
 ``AtomicCheckpointHook(interval=1, max_keep_ckpts=1)`` (the hard case: one checkpoint kept),
-``ExactResumeHook`` and ``resume=True``, saving every epoch. Two probe hooks print when each save starts and ends; the trial kills the
-trainer a random time (uniform over the measured save duration) after a save started, and counts
-the kill as inside the save when its end was never printed. After every kill: the newest
-checkpoint the trainer reported complete (or a newer one) must load, every visible ``*.pth``
-must load, and the next trial's trainer must resume from the newest loadable checkpoint. At the
-end the run is finished and its weights compared with an uninterrupted run's (bit-exact: the
-plugin's ``ExactResumeHook`` makes a resumed run repeat itself).
+``ExactResumeHook`` and ``resume=True``, saving every epoch. Two probe hooks report when each save
+starts and ends. A random time (uniform over the measured save duration) after a save started,
+the trainer is frozen (SIGSTOP); everything it reported is then in the pipe, so whether it is
+frozen inside the save is a fact, not a guess. Frozen inside: it is killed (SIGKILL kills it at
+exactly that point). Frozen after the save had ended (the machine was slower than the window):
+it is thawed and the next save is aimed at half the delay, so every trial's kill lands inside a
+save, on an idle or a loaded machine alike. After every kill: the newest checkpoint the trainer
+reported complete (or a newer one) must load, every visible ``*.pth`` must load, and the next
+trial's trainer must resume from the newest loadable checkpoint. At the end the run is finished
+and its weights compared with an uninterrupted run's (bit-exact: the plugin's ``ExactResumeHook``
+makes a resumed run repeat itself).
 
-``store``: process A builds the annotation store of a 5000-image COCO json (``open_store``);
-once A holds the folder lock, process B asks for the same store and waits on the lock. A is
-killed a random time (uniform over the measured build duration) after it took the lock; the kill
-counts as inside the build when A never reported the store. B must then open or rebuild the
-store (within 300 s: no hang), equal to a reference build; the json, another dataset's store and
-a user file in the same folder must be unchanged, no temporary file may be left, and the next
-``open_store`` must reuse B's store without rebuilding.
+``store``: process A builds the annotation store of a 5000-image COCO json (``open_store``). A
+random time (uniform over the measured build duration) after A took the folder lock, A is frozen;
+if it still holds the lock it is frozen inside the build (else it is let finish and the next try
+aims at half the delay). Then process B asks for the same store and is seen blocked on the lock
+(/proc/locks), and A is killed. B must then open or rebuild the store (within 300 s: no hang),
+equal to a reference build; the json, another dataset's store and a user file in the same folder
+must be unchanged, no temporary file may be left, and the next ``open_store`` must reuse B's
+store without rebuilding.
 
-Trials are repeated until ``--count`` kills landed inside a save / build (at most 3x as many
-tries). Writes ``<out>/kill_trials.md``.
+Each scenario runs ``--count`` kills. Writes ``<out>/kill_trials.md``.
 """
 import argparse
 import fcntl
@@ -32,6 +36,7 @@ import multiprocessing
 import os
 import random
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -99,7 +104,7 @@ def _train(work_dir: str, max_epochs: int, conn) -> None:
 
 def _open(ann_file: str, go, conn) -> None:
     """A store user (child process): waits for ``go``, then ``open_store`` and report it."""
-    from mmdet_ext.datasets.annotation_store import IDENTITY_SETTLE_S, open_store
+    from mmdet_ext.datasets.annotation_store import open_store
     go.wait()
     store = open_store(ann_file)
     conn.send(dict(images=store.num_images, instances=store.num_instances,
@@ -112,7 +117,7 @@ class Tally:
 
     tries: int = 0
     kills_inside: int = 0
-    kills_outside: int = 0
+    late_freezes: int = 0  # frozen after the save / build had ended: thawed, aimed earlier
     recovered: int = 0
     lost: int = 0
     notes: list = field(default_factory=list)
@@ -149,10 +154,39 @@ class Messages:
                 return number
 
     def drain(self) -> list[tuple[str, int, float]]:
-        """Everything already sent (the child is dead)."""
+        """Everything already sent (the child is dead or frozen: all it sent is in the pipe)."""
         while self.wait_for('\0', timeout=0.5) is not None:
             pass
         return self.seen
+
+    def received(self, word: str, number: int) -> bool:
+        return any(got == word and n == number for got, n, _ in self.seen)
+
+
+def _freeze(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until the kernel shows it stopped (or gone): from then on it does
+    nothing, and a SIGKILL kills it exactly where it stands."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return  # it had ended already
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f'/proc/{pid}/stat').read_text()
+        except OSError:
+            return  # gone
+        if stat[stat.rindex(')') + 2] in 'TtZX':  # stopped (or dead)
+            return
+        time.sleep(0.001)
+    raise RuntimeError(f'process {pid} did not stop within {WAIT_S} s of SIGSTOP')
+
+
+def _thaw(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass  # it had ended already
 
 
 # ---- checkpoint saves ------------------------------------------------------------------------
@@ -206,16 +240,15 @@ def checkpoint_trials(count: int, root: Path, rng: random.Random) -> Tally:
     tally.notes.append(f'save duration (median of {len(durations)}): {window * 1000:.0f} ms')
 
     work_dir = root / 'work'
-    while tally.kills_inside < count and tally.tries < 3 * count:
+    while tally.kills_inside < count:
         tally.tries += 1
         expected, _ = _newest_loadable(work_dir) if work_dir.exists() else (0, [])
         proc, messages = _trainer(ctx, work_dir, 10**6)
         try:
             resumed = messages.wait_for('resumed')
             if resumed is None:
-                tally.lost += 1
-                tally.problems.append(f'try {tally.tries}: the trainer did not start')
-                continue
+                raise RuntimeError(f'try {tally.tries}: the trainer did not start '
+                                   f'(exit {proc.exitcode})')
             if resumed != expected:
                 tally.lost += 1
                 tally.problems.append(f'try {tally.tries}: resumed from epoch {resumed}, the '
@@ -224,17 +257,28 @@ def checkpoint_trials(count: int, root: Path, rng: random.Random) -> Tally:
                 tally.recovered += 1
             for _ in range(rng.randint(0, 2)):  # let a few saves complete first
                 messages.wait_for('end')
-            target = messages.wait_for('begin')
-            if target is None:
-                raise RuntimeError(f'try {tally.tries}: no save began (exit {proc.exitcode})')
-            time.sleep(rng.uniform(0.0, window))
+            delay = rng.uniform(0.0, window)
+            while True:
+                target = messages.wait_for('begin')
+                if target is None:
+                    raise RuntimeError(f'try {tally.tries}: no save began '
+                                       f'(exit {proc.exitcode})')
+                time.sleep(delay)
+                _freeze(proc.pid)
+                messages.drain()  # all it sent before the freeze
+                if not messages.received('end', target):
+                    break  # frozen inside the save of epoch ``target``
+                tally.late_freezes += 1
+                delay /= 2
+                _thaw(proc.pid)
         finally:
             proc.kill()  # SIGKILL
             proc.join(60)
+        if proc.exitcode != -signal.SIGKILL:
+            tally.problems.append(f'try {tally.tries}: the trainer had exited by itself before '
+                                  f'the kill (exit {proc.exitcode})')
+        tally.kills_inside += 1
         completed = [n for word, n, _ in messages.drain() if word == 'end']
-        inside = target not in completed
-        tally.kills_inside += inside
-        tally.kills_outside += not inside
         newest, problems = _newest_loadable(work_dir)
         last_done = max(completed, default=expected)
         if problems or newest < max(last_done, expected):
@@ -270,6 +314,8 @@ def checkpoint_trials(count: int, root: Path, rng: random.Random) -> Tally:
     reference = _weights(reference_dir / f'epoch_{final_epochs}.pth')
     same = ours.keys() == reference.keys() and all(torch.equal(ours[k], reference[k])
                                                    for k in ours)
+    tally.notes.append(f'{tally.late_freezes} freezes came after the save had ended and were '
+                       f'aimed again at half the delay at the next save')
     tally.notes.append(f'weights after {final_epochs} epochs, killed and resumed '
                        f'{tally.tries} times vs uninterrupted: '
                        f'{"identical" if same else "DIFFERENT"}')
@@ -358,7 +404,8 @@ def store_trials(count: int, root: Path, rng: random.Random, images: int = 5000)
                        f'({expected["images"]} images, {expected["instances"]} instances)')
 
     waited = 0
-    while tally.kills_inside < count and tally.tries < 3 * count:
+    delay = None
+    while tally.kills_inside < count:
         tally.tries += 1
         for path in folder.glob('instances_train.json.*'):
             path.unlink()  # each try starts with no store: the builder must build it
@@ -371,24 +418,34 @@ def store_trials(count: int, root: Path, rng: random.Random, images: int = 5000)
                     raise RuntimeError(f'try {tally.tries}: the builder exited early')
                 time.sleep(0.001)
             locked_at = time.monotonic()
-            waiter_go.set()
-            delay = rng.uniform(0.0, window)
-            # The kill comes once the second process waits on the lock (it still has to read
-            # and hash the json), and a random time into the build.
-            deadline = time.monotonic() + WAIT_S
-            while (not _waiting_on_a_lock(waiter.pid) and builder.is_alive()
-                   and waiter.is_alive() and time.monotonic() < deadline):
-                time.sleep(0.001)
+            delay = rng.uniform(0.0, window) if delay is None else delay
             time.sleep(max(0.0, locked_at + delay - time.monotonic()))
+            _freeze(builder.pid)
+            if not _folder_locked(folder):  # the build was over: let it end, aim earlier
+                tally.late_freezes += 1
+                _thaw(builder.pid)
+                builder.join(WAIT_S)
+                waiter_go.set()  # an ``open_store`` of a built store: it must still work
+                _store_result(waiter_conn)
+                waiter.join(60)
+                tally.tries -= 1
+                delay /= 2
+                continue
+            delay = None
+            # Frozen inside the build, holding the lock: the second process must now wait on it.
+            waiter_go.set()
+            deadline = time.monotonic() + WAIT_S
+            while (not _waiting_on_a_lock(waiter.pid) and waiter.is_alive()
+                   and time.monotonic() < deadline):
+                time.sleep(0.001)
             waiting = _waiting_on_a_lock(waiter.pid)
         finally:
             builder.kill()  # SIGKILL
             builder.join(60)
-        inside = _store_result(builder_conn, timeout=0.5) is None
-        if not inside:  # the build was faster than the window: aim shorter from now on
-            window = min(window, time.monotonic() - locked_at)
-        tally.kills_inside += inside
-        tally.kills_outside += not inside
+        if builder.exitcode != -signal.SIGKILL:
+            tally.problems.append(f'try {tally.tries}: the builder had exited by itself before '
+                                  f'the kill (exit {builder.exitcode})')
+        tally.kills_inside += 1
         waited += waiting
         result = _store_result(waiter_conn)
         if result is None:
@@ -421,15 +478,16 @@ def store_trials(count: int, root: Path, rng: random.Random, images: int = 5000)
         else:
             tally.recovered += 1
     tally.notes.append(f'the second process was blocked on the folder lock at the instant of '
-                       f'the kill in {waited} of {tally.tries} tries (/proc/locks); kill window '
-                       f'at the end: {window * 1000:.0f} ms')
+                       f'the kill in {waited} of {tally.tries} tries (/proc/locks); '
+                       f'{tally.late_freezes} freezes came after the build had ended and were '
+                       f'aimed again at half the delay')
     return tally
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--count', type=int, default=20,
-                        help='kills that must land inside a save / a build, per scenario')
+                        help='kills (each inside a save / a build) per scenario')
     parser.add_argument('--scenarios', nargs='+', default=['checkpoint', 'store'],
                         choices=['checkpoint', 'store'])
     parser.add_argument('--seed', type=int, default=0)
@@ -449,11 +507,11 @@ def main() -> None:
     lines = ['# kill -9 trials', '',
              'Command: `' + ' '.join(['PYTHONPATH=. nice -n 10 python benchmarks/kill_trials.py',
                                       *sys.argv[1:]]) + '`', '',
-             '| scenario | tries | kills inside a save / build | kills just after it '
-             '| next run resumed / rebuilt correctly | lost or wrong |',
-             '| --- | --- | --- | --- | --- | --- |']
+             '| scenario | kills (each inside a save / build) | freezes after it had ended '
+             '(thawed) | next run resumed / rebuilt correctly | lost or wrong |',
+             '| --- | --- | --- | --- | --- |']
     for name, t in tallies.items():
-        lines.append(f'| {name} | {t.tries} | {t.kills_inside} | {t.kills_outside} '
+        lines.append(f'| {name} | {t.kills_inside} | {t.late_freezes} '
                      f'| {t.recovered} | {t.lost} |')
     lines.append('')
     for name, t in tallies.items():
