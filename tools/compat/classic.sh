@@ -29,6 +29,14 @@ export PIP_ROOT_USER_ACTION=ignore MAX_JOBS=${MAX_JOBS:-2}
 unset PIP_FIND_LINKS
 export PIP_CONFIG_FILE=/dev/null
 
+build_mmcv() {
+  # No GPU: mmcv builds its CPU ops. --no-build-isolation: against this venv's torch.
+  # --no-cache-dir: pip's wheel cache keys a wheel built from an sdist by the sdist alone, so it
+  # would hand back an mmcv compiled against another torch (undefined symbols at import).
+  MMCV_WITH_OPS=1 FORCE_CUDA=0 compat_pip "$py" wheel --no-cache-dir --no-deps \
+    --no-build-isolation --no-binary mmcv --wheel-dir "$wheel_dir" "mmcv==2.1.0"
+}
+
 deps() {
   compat_timed venv compat_make_venv "${COMPAT_PYTHON:-python3.11}" "$venv"
   # Every install below is held to the stack's versions: torch 2.1.2 was built against numpy 1;
@@ -50,11 +58,10 @@ PINS
     matplotlib packaging Pillow
   if ! "$py" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '2.1.0'" 2>/dev/null; then
     if ! ls "$wheel_dir"/mmcv-2.1.0-*.whl >/dev/null 2>&1; then
-      # No GPU: mmcv builds its CPU ops. --no-build-isolation: against this venv's torch.
-      compat_timed mmcv-build env MMCV_WITH_OPS=1 FORCE_CUDA=0 compat_pip "$py" wheel --no-deps \
-        --no-build-isolation --no-binary mmcv --wheel-dir "$wheel_dir" "mmcv==2.1.0"
+      compat_timed mmcv-build build_mmcv
     fi
-    compat_timed mmcv-install compat_pip "$py" install --quiet "$(ls "$wheel_dir"/mmcv-2.1.0-*.whl)"
+    compat_timed mmcv-install compat_pip "$py" install --quiet --no-deps --force-reinstall \
+      "$(ls "$wheel_dir"/mmcv-2.1.0-*.whl)"
   fi
   compat_timed mmdet compat_pip "$py" install --quiet "mmdet==3.3.0"
   unset PIP_CONSTRAINT
