@@ -7,8 +7,8 @@ function, chosen once at import from what the running torch has; callers never t
   (2.2, 2.3); on older torch no fake kernels (the ops run eagerly as everywhere, but
   ``torch.compile`` and ``torch.library.opcheck`` cannot trace them), logged once.
 - :func:`load_allowlisted`: ``torch.load(weights_only=True)`` under
-  ``torch.serialization.safe_globals`` (torch >= 2.5); before that the same allowlist through
-  :mod:`mmdet_ext.allowlist_pickle`. Never by turning safety off.
+  ``torch.serialization.safe_globals`` where torch has it (2.13: yes, 2.1: no); else the same
+  allowlist through :mod:`mmdet_ext.allowlist_pickle`. Never by turning safety off.
 - :func:`unsafe_globals_in_checkpoint`: ``torch.serialization.get_unsafe_globals_in_checkpoint``
   (torch >= 2.5), or None where torch cannot list them.
 """
@@ -59,21 +59,31 @@ def allowlist_table(allowed: Sequence[SafeGlobal]) -> dict[str, Any]:
             for entry in allowed}
 
 
-if hasattr(torch.serialization, 'safe_globals'):
-    def load_allowlisted(filename: str, allowed: Sequence[SafeGlobal], *, mmap: bool) -> Any:
-        """``torch.load`` to the CPU of tensors and ``allowed`` only; any other global raises
-        ``pickle.UnpicklingError`` before anything of it runs."""
-        with torch.serialization.safe_globals(list(allowed)):
-            return torch.load(filename, map_location='cpu', weights_only=True, mmap=mmap)
-else:
-    def load_allowlisted(filename: str, allowed: Sequence[SafeGlobal], *, mmap: bool) -> Any:
-        """``torch.load`` to the CPU of tensors and ``allowed`` only; any other global raises
-        ``pickle.UnpicklingError`` (:class:`~mmdet_ext.allowlist_pickle.RefusedGlobal`) before
-        anything of it runs. ``weights_only=False`` only because torch refuses a
-        ``pickle_module`` with it: the module given is the restriction."""
-        module = allowlist_pickle_module(allowlist_table(allowed), filename)
-        return torch.load(filename, map_location='cpu', weights_only=False, mmap=mmap,
-                          pickle_module=module)
+def load_with_safe_globals(filename: str, allowed: Sequence[SafeGlobal], *, mmap: bool) -> Any:
+    """``torch.load`` to the CPU under ``weights_only=True`` with ``allowed`` added to torch's
+    list (``torch.serialization.safe_globals``); any other global raises
+    ``pickle.UnpicklingError`` before anything of it runs."""
+    with torch.serialization.safe_globals(list(allowed)):
+        return torch.load(filename, map_location='cpu', weights_only=True, mmap=mmap)
+
+
+def load_with_allowlist_pickle(filename: str, allowed: Sequence[SafeGlobal], *,
+                               mmap: bool) -> Any:
+    """The same load through :mod:`mmdet_ext.allowlist_pickle`, for any torch: any other global
+    raises :class:`~mmdet_ext.allowlist_pickle.RefusedGlobal` (a ``pickle.UnpicklingError``)
+    before anything of it runs. ``weights_only=False`` only because torch refuses a
+    ``pickle_module`` beside it: the module given is the restriction."""
+    module = allowlist_pickle_module(allowlist_table(allowed), filename)
+    return torch.load(filename, map_location='cpu', weights_only=False, mmap=mmap,
+                      pickle_module=module)
+
+
+ALLOWLISTED_LOADERS = {'safe_globals': load_with_safe_globals,
+                       'allowlist_pickle': load_with_allowlist_pickle}
+if not hasattr(torch.serialization, 'safe_globals'):
+    del ALLOWLISTED_LOADERS['safe_globals']
+# Torch's own mechanism where it has one: it follows torch's format changes by construction.
+load_allowlisted = next(iter(ALLOWLISTED_LOADERS.values()))
 
 
 def unsafe_globals_in_checkpoint(filename: str) -> Optional[list[str]]:
