@@ -114,9 +114,12 @@ def test_corrupt_section_table_is_a_store_error(tmp_path, name, message):
 
 
 @pytest.mark.parametrize('sections, message', [
-    ([('x', torch.zeros(3, dtype=torch.bool))], 'has dtype Bool'),
-    ([('x', torch.zeros(3, dtype=torch.bfloat16))], 'has dtype BFloat16'),
-    ([('x', torch.zeros(3)), ('x', torch.ones(2))], "two sections named 'x'"),
+    ([('x', np.zeros(3, dtype=bool))], 'has dtype bool'),
+    ([('x', np.zeros(3, dtype=np.complex64))], 'has dtype complex64'),
+    ([('x', np.zeros(3, dtype='>u2'))], 'has dtype >u2'),  # not native byte order
+    ([('x', np.zeros(3)), ('x', np.ones(2))], "two sections named 'x'"),
+    ([('x', np.zeros((2, 2, 2)))], 'must be a 1-D or 2-D array'),
+    ([('x', np.zeros((4, 4))[:, 1])], 'not C-contiguous'),
 ])
 def test_writer_refuses_what_the_reader_refuses(tmp_path, sections, message):
     with pytest.raises(StoreError, match=message):

@@ -52,7 +52,6 @@ from contextlib import contextmanager, suppress
 from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
-import torch
 from mmengine import fileio
 from mmengine.logging import print_log
 
@@ -100,8 +99,7 @@ class AnnotationStore:
             self._mapped = _C.MappedStore(path, verify)
             self.key = self._mapped.key()
             self.arrays: dict[str, np.ndarray] = {}
-            for name, tensor in self._mapped.sections():
-                array = tensor.numpy()
+            for name, array in self._mapped.sections():
                 array.flags.writeable = False  # the mapping is read-only; fail loudly, not SIGSEGV
                 self.arrays[name] = array
             version = self.arrays.get('layout_version')
@@ -150,10 +148,9 @@ class AnnotationStore:
 
 def write_store(path: str, sections: dict[str, np.ndarray], key: bytes) -> None:
     """Atomically write ``sections`` (named 1-D/2-D arrays) to a store file."""
-    # np.require copies only what torch cannot wrap as is (read-only byte buffers, small).
-    tensors = [(name, torch.from_numpy(np.require(array, requirements=['C', 'W'])))
-               for name, array in sections.items()]
-    _C.write_store(path, tensors, key)
+    # np.require copies only what is not C-contiguous already.
+    _C.write_store(path, [(name, np.require(array, requirements=['C']))
+                          for name, array in sections.items()], key)
 
 
 def _open_locked_shared(path: str) -> Optional[int]:
