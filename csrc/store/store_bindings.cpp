@@ -6,6 +6,7 @@
 
 #include "coco_json_reader.h"
 #include "mapped_store.h"
+#include "store_format.h"
 
 namespace py = pybind11;
 
