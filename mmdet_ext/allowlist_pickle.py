@@ -8,6 +8,7 @@ this module keeps the same guarantee on any torch: every global a pickle names g
 weights-only unpickler allows (tensors, storages, dtypes, containers: its list for the running
 version) and the caller's allowlist, and refuses anything else, naming the file and the global.
 """
+import _codecs
 import _compat_pickle
 import pickle
 import types
@@ -49,6 +50,9 @@ def allowlist_pickle_module(allowed: Mapping[str, Any], filename: str) -> types.
         Unpickling raises :class:`RefusedGlobal` at the first global outside the allowlist.
     """
     table = dict(torch._weights_only_unpickler._get_allowed_globals())
+    # Protocol-2 pickles (torch.save's default) spell bytes, e.g. a numpy array's data, as
+    # _codecs.encode(text, 'latin1'); torch < 2.2's list lacks it.
+    table['_codecs.encode'] = _codecs.encode
     table.update((_python3_name(*name.rsplit('.', 1)), obj) for name, obj in allowed.items())
 
     class AllowlistUnpickler(pickle.Unpickler):
