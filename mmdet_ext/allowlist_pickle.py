@@ -10,12 +10,27 @@ version) and the caller's allowlist, and refuses anything else, naming the file 
 """
 import _codecs
 import _compat_pickle
+import collections
 import pickle
 import types
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 import torch._weights_only_unpickler
+
+
+# Plain data types that torch's later lists allow and torch 2.1's lacks, found in mmengine's
+# checkpoints: LR schedulers keep a Counter (MultiStepLR's milestones); protocol-2 pickles
+# (torch.save's default) spell bytes, e.g. a numpy array's data, as _codecs.encode(text, 'latin1').
+_PLAIN_DATA = {
+    '_codecs.encode': _codecs.encode,
+    'builtins.bytearray': bytearray,
+    'builtins.complex': complex,
+    'builtins.set': set,
+    'builtins.frozenset': frozenset,
+    'collections.Counter': collections.Counter,
+    'collections.OrderedDict': collections.OrderedDict,
+}
 
 
 class RefusedGlobal(pickle.UnpicklingError):
@@ -49,10 +64,7 @@ def allowlist_pickle_module(allowed: Mapping[str, Any], filename: str) -> types.
         A module with ``Unpickler`` and ``load``, what ``torch.load`` uses of ``pickle``.
         Unpickling raises :class:`RefusedGlobal` at the first global outside the allowlist.
     """
-    table = dict(torch._weights_only_unpickler._get_allowed_globals())
-    # Protocol-2 pickles (torch.save's default) spell bytes, e.g. a numpy array's data, as
-    # _codecs.encode(text, 'latin1'); torch < 2.2's list lacks it.
-    table['_codecs.encode'] = _codecs.encode
+    table = {**_PLAIN_DATA, **torch._weights_only_unpickler._get_allowed_globals()}
     table.update((_python3_name(*name.rsplit('.', 1)), obj) for name, obj in allowed.items())
 
     class AllowlistUnpickler(pickle.Unpickler):
