@@ -195,7 +195,7 @@ class _StoreRows(Dataset):
 
     def __getitem__(self, row: int) -> torch.Tensor:
         start, end = self.store['instance_offsets'][row:row + 2]
-        return torch.from_numpy(self.store['bbox'][start:end].sum(axis=0))
+        return torch.from_numpy(self.store['bbox'][start:end].sum(axis=0, dtype=np.int64))
 
 
 def test_two_workers_read_the_same_store(toy_coco_root, tmp_path):
