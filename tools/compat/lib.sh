@@ -16,14 +16,14 @@ compat_log() { printf '[compat %s] %s\n' "${COMPAT_STACK:-?}" "$*" >&2; }
 # compat_timed NAME CMD...: runs CMD, prints and appends "NAME<TAB>seconds<TAB>exit status" to
 # $COMPAT_TIMINGS (when set). Returns CMD's status.
 compat_timed() {
-  local name=$1 start status
+  local name=$1 start status errexit=${-//[^e]/}
   shift
   start=$(date +%s)
   compat_log "step '$name' started"
   set +e
   "$@"
   status=$?
-  set -e
+  [ -n "$errexit" ] && set -e
   local elapsed=$(($(date +%s) - start))
   compat_log "step '$name' took ${elapsed}s (exit status $status)"
   if [ -n "${COMPAT_TIMINGS:-}" ]; then
