@@ -101,10 +101,13 @@ compat_build_wheel() {
 # compat_dry_run PY WHEEL REPORT_JSON: pip's install report of WHEEL into PY's venv, then a
 # summary: what pip would install and which installed distributions that would replace. Fails
 # when it would replace any.
-compat_dry_run() {
-  local py=$1 wheel=$2 report=$3
+compat_dry_run() (
+  py=$1 wheel=$2 report=$3
+  # From the report's folder, and -I for the check: `python -m` puts the cwd on sys.path, and a
+  # checkout's mmdet_ext.egg-info there would pass for an installed mmdet_ext.
+  cd "$(dirname "$report")"
   compat_pip "$py" install --dry-run --quiet --report "$report" "$wheel"
-  "$py" - "$report" <<'PY'
+  "$py" -I - "$report" <<'PY'
 import importlib.metadata
 import json
 import sys
@@ -122,4 +125,4 @@ print('would install:', ', '.join(f'{n}-{v}' for n, v in would) or 'nothing')
 print('would replace:', ', '.join(replaced) or 'nothing')
 sys.exit(1 if replaced else 0)
 PY
-}
+)
