@@ -59,7 +59,7 @@ from .._native import _C
 from .coco_columns import (IMAGE_NAME_SOURCES, CocoColumns, name_images, native_reader_available,
                            read_columns, validate_columns)
 from .coco_store_layout import LAYOUT_VERSION, coco_to_columns, columns_to_sections
-from ..io import file_state, open_regular_file
+from ..io import open_regular_file
 from .validation import AnnotationFileError, DuplicateIdError, parse_coco_json
 
 StoreError = _C.StoreError
@@ -439,7 +439,8 @@ def build_store(source: Union[bytes, str, CocoColumns], store_path: str, key: by
                 ann_file: Optional[str] = None,
                 json_identity: Optional[tuple[int, ...]] = None,
                 image_names: str = 'file_name') -> AnnotationStore:
-    """Read a COCO json (a local path, its bytes, or its columns), validate it if asked, and write its store.
+    """Read a COCO json (a local path, its bytes, or its columns), validate it if asked, and
+    write its store.
 
     ``image_names``: where image file names come from (``coco_columns.name_images``; columns
     passed in must have been read with the same value).
