@@ -34,6 +34,22 @@ def _restore_checkpoint_schemes():
     set_checkpoint_schemes(schemes)
 
 
+@pytest.fixture(scope='session')
+def stock_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A checkpoint written by stock mmengine (``CheckpointHook``, no plugin hook)."""
+    from mmengine.runner import Runner
+
+    from helpers.tiny_runner import tiny_runner_kwargs
+
+    work_dir = tmp_path_factory.mktemp('stock')
+    kwargs = tiny_runner_kwargs(str(work_dir), max_epochs=1,
+                                checkpoint=dict(type='CheckpointHook', interval=1),
+                                experiment_name='stock')
+    kwargs['custom_hooks'] = []
+    Runner(**kwargs).train()
+    return str(work_dir / 'epoch_1.pth')
+
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOY_CONFIG = REPO_ROOT / 'configs' / 'mask-rcnn_r18_fpn_toy-coco.py'
 

@@ -152,3 +152,20 @@ def test_cuda_build_needs_a_cuda_torch_and_nvcc(tmp_path):
         cuda_build(None, str(toolkit), '1')
     with pytest.raises(SystemExit, match="FORCE_CUDA must be 0 or 1"):
         cuda_build('12.8', str(toolkit), 'yes')
+
+
+def test_cuda_build_needs_nvcc_of_torchs_cuda_major(tmp_path):
+    """torch 2.1.2 from the registry is CUDA 12.1; with nvcc 13 torch refuses to build, so the
+    automatic choice is a CPU build that says why, and FORCE_CUDA=1 fails naming both."""
+    from mmdet_ext._build_choice import cuda_build
+    nvcc = tmp_path / 'bin' / 'nvcc'
+    nvcc.parent.mkdir()
+    nvcc.write_text('#!/bin/sh\necho "Cuda compilation tools, release 13.0, V13.0.48"\n')
+    nvcc.chmod(0o755)
+    assert cuda_build('12.1', str(tmp_path), None) == (
+        False, f'CPU only: nvcc in {tmp_path} is CUDA 13.0, torch was built with CUDA 12.1 '
+               '(torch compiles CUDA code only with its own major version)')
+    assert cuda_build('13.2', str(tmp_path), None) == (True, f'CUDA 13.2 (nvcc in {tmp_path})')
+    with pytest.raises(SystemExit, match='FORCE_CUDA=1 but nvcc in .* is CUDA 13.0, torch was '
+                                         'built with CUDA 12.1'):
+        cuda_build('12.1', str(tmp_path), '1')

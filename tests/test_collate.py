@@ -13,6 +13,7 @@ from mmengine.model.utils import stack_batch
 from torch.utils.data import DataLoader
 
 from helpers.build import needs_native_decoding
+from helpers.torch_features import requires_opcheck
 from mmdet_ext import (FastDetDataPreprocessor, LazyCocoDataset, LoadLazyAnnotations,
                        NativeLoadResizeFlip, fast_collate, ops)
 
@@ -127,6 +128,16 @@ def test_pin_memory_in_the_main_process(toy_coco_root):
     assert not fast_collate(batch)['inputs'].is_pinned()
 
 
+@requires_opcheck
+def test_normalize_batch_opcheck():
+    images = torch.randint(0, 256, (3, 3, 37, 45), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(0))
+    mean, std = torch.tensor([123.675, 116.28, 103.53]), torch.tensor([58.395, 57.12, 57.375])
+    sizes = torch.tensor([[37, 45], [20, 45], [1, 3]])
+    torch.library.opcheck(torch.ops.mmdet_ext.normalize_batch.default,
+                          (images, mean, std, False, sizes, 0.0))
+
+
 def test_normalize_batch_op_equals_torch_and_checks_its_inputs():
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (3, 3, 37, 45), dtype=torch.uint8, generator=generator)
@@ -138,8 +149,6 @@ def test_normalize_batch_op_equals_torch_and_checks_its_inputs():
         image[:, height:, :] = -3.0
         image[:, :height, width:] = -3.0
     assert torch.equal(out, expected)
-    torch.library.opcheck(torch.ops.mmdet_ext.normalize_batch.default,
-                          (images, mean, std, False, sizes, 0.0))
     with pytest.raises(RuntimeError, match=r'image 1 is 38x45, outside the 37x45 batch'):
         ops.normalize_batch(images, mean, std, True, torch.tensor([[1, 1], [38, 45], [1, 1]]))
     with pytest.raises(RuntimeError, match='one value per channel'):

@@ -9,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from helpers.torch_features import requires_opcheck
 import mmdet_ext  # noqa: F401  (registers torch.ops.mmdet_ext)
 from mmdet_ext.ops import IMREAD_FLAGS, SCALE_DENOMS, decode_image
 
@@ -424,6 +425,7 @@ def test_unsupported_scale_denom_is_rejected(scale_denom):
         decode_image(data, 'color', scale_denom)
 
 
+@requires_opcheck
 @pytest.mark.parametrize('ext, args', [('.png', (1, )), ('.jpg', (1, )), ('.jpg', (0, 4))])
 def test_opcheck(ext, args):
     data = _encode(_random_image(7, 16, 24, 3), ext)

@@ -9,6 +9,7 @@ import torch
 from mmcv.transforms import LoadImageFromFile
 from mmdet.datasets.transforms import RandomFlip, Resize
 
+from helpers.torch_features import requires_opcheck
 from mmdet_ext import ImageLoadError, LazyCocoDataset, NativeLoadResizeFlip, ops
 from mmdet_ext.transforms import LoadLazyAnnotations
 
@@ -128,6 +129,12 @@ def test_warp_image_op_equals_mmcv(channels, interpolation):
         # bicubic pixels differently (off by one).
         tolerance = 1 if interpolation == 'bicubic' else 0
         assert np.abs(got - expected.transpose(2, 0, 1)).max() <= tolerance
+
+
+@requires_opcheck
+def test_warp_image_opcheck():
+    tensor = torch.from_numpy(
+        np.random.default_rng(3).integers(0, 256, (37, 53, 3), dtype=np.uint8))
     torch.library.opcheck(torch.ops.mmdet_ext.warp_image.default, (tensor, 20, 30, 1, 1))
 
 

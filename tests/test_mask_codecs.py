@@ -10,6 +10,7 @@ import pytest
 import torch
 from pycocotools import mask as mask_utils
 
+from helpers.torch_features import requires_opcheck
 import mmdet_ext  # noqa: F401  (registers torch.ops.mmdet_ext)
 from mmdet_ext import ops
 from mmdet_ext.toy_data import make_toy_coco
@@ -561,6 +562,7 @@ def _opcheck_cases():
     }
 
 
+@requires_opcheck
 @pytest.mark.parametrize('name, args', sorted(_opcheck_cases().items()))
 def test_opcheck(name, args):
     torch.library.opcheck(getattr(OPS, name).default, args)

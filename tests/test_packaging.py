@@ -16,6 +16,7 @@ import sys
 import venv
 import zipfile
 from pathlib import Path
+from site import getsitepackages
 
 import pytest
 import torch
@@ -123,6 +124,11 @@ def test_wheel_in_a_clean_venv_imports_and_runs(built, tmp_path, toy_coco_root):
     env_dir = tmp_path / 'venv'
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     python = env_dir / 'bin' / 'python'
+    # When the suite itself runs in a venv (tools/compat/), the new one sees only the base
+    # interpreter's packages through system_site_packages: add the running environment's too.
+    site_dir = env_dir / 'lib' / f'python{sys.version_info[0]}.{sys.version_info[1]}'
+    (site_dir / 'site-packages' / 'running_environment.pth').write_text(
+        '\n'.join(getsitepackages()) + '\n')
     install = subprocess.run(
         [str(python), '-m', 'pip', 'install', '--no-index', '--no-deps', '--quiet',
          '--disable-pip-version-check', str(built['wheel'])],

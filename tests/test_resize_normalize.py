@@ -9,6 +9,7 @@ import pytest
 import torch
 from mmdet.models.data_preprocessors import DetDataPreprocessor
 
+from helpers.torch_features import requires_opcheck
 from mmdet_ext.ops import FLIP_CODES, resize_normalize_batch
 
 OPS = torch.ops.mmdet_ext
@@ -121,6 +122,7 @@ def test_reduced_precision_output_is_the_float32_output_rounded(dtype):
     assert reduced.dtype == dtype and torch.equal(reduced, full.to(dtype))
 
 
+@requires_opcheck
 def test_opcheck():
     rng = np.random.default_rng(5)
     images = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in [(12, 9), (7, 15)]]

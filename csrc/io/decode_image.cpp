@@ -1,7 +1,7 @@
 // CPU kernel of mmdet_ext::decode_image: decode_image_to_mat (image_decoder.h) into a tensor that
 // owns the cv::Mat, so the pixels are never copied after decoding. A build without OpenCV or
 // libjpeg registers a kernel that says so instead (optional_libraries.h).
-#include <optional>
+#include <c10/util/Optional.h>
 
 #include <torch/library.h>
 #include <torch/types.h>
@@ -17,10 +17,13 @@
 namespace mmdet_ext {
 namespace {
 
+// Optional op arguments are c10::optional in kernel signatures: torch < 2.4 matches a kernel to its
+// schema only through c10::optional (its own class there), newer torch makes it std::optional.
+
 #if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
 
 at::Tensor decode_image_cpu(const at::Tensor& data, int64_t flags, int64_t scale_denom,
-                            std::optional<int64_t> max_pixels) {
+                            c10::optional<int64_t> max_pixels) {
   TORCH_CHECK(data.device().is_cpu(), "decode_image: expected the encoded bytes on the CPU, got ",
               data.device());
   TORCH_CHECK(data.scalar_type() == at::kByte && data.dim() == 1,
@@ -43,7 +46,7 @@ at::Tensor decode_image_cpu(const at::Tensor& data, int64_t flags, int64_t scale
 
 #else
 
-at::Tensor decode_image_cpu(const at::Tensor&, int64_t, int64_t, std::optional<int64_t>) {
+at::Tensor decode_image_cpu(const at::Tensor&, int64_t, int64_t, c10::optional<int64_t>) {
 #ifdef MMDET_EXT_WITH_OPENCV
   fail_built_without("decode_image", "libjpeg");
 #else

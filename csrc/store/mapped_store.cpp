@@ -10,8 +10,6 @@
 #include <cstring>
 #include <sstream>
 
-#include <torch/types.h>
-
 #include "store_format.h"
 
 namespace mmdet_ext {
@@ -58,19 +56,6 @@ void write_all(int fd, const void* data, uint64_t size, const std::string& path)
 uint64_t header_checksum(Header header) {
   header.header_checksum = 0;
   return checksum64(reinterpret_cast<const uint8_t*>(&header), sizeof(Header));
-}
-
-// The element types a section may have: those numpy represents (AnnotationStore exposes sections
-// as numpy arrays), minus bool, whose bytes other than 0 and 1 are not valid values.
-bool section_dtype_supported(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
-    case at::kUInt16: case at::kUInt32:  // the compact layout's coordinates and offsets
-    case at::kHalf: case at::kFloat: case at::kDouble:
-      return true;
-    default:
-      return false;
-  }
 }
 
 // Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), as Python decodes it:
@@ -122,38 +107,38 @@ class Mapping {
   uint64_t size_;
 };
 
-void write_store(const std::string& path,
-                 const std::vector<std::pair<std::string, at::Tensor>>& sections,
+void write_store(const std::string& path, const std::vector<Section>& sections,
                  const std::string& key) {
   if (key.size() != kKeyBytes) fail(path, "the key must be " + std::to_string(kKeyBytes) + " bytes");
   std::vector<SectionEntry> table(sections.size());
-  std::vector<at::Tensor> arrays;
   uint64_t offset = align_up(sizeof(Header) + sizeof(SectionEntry) * sections.size());
   for (size_t i = 0; i < sections.size(); ++i) {
-    const auto& [name, tensor] = sections[i];
+    const Section& section = sections[i];
+    const std::string& name = section.name;
     if (name.empty() || name.size() >= kMaxSectionName) fail(path, "bad section name '" + name + "'");
-    if (!tensor.device().is_cpu() || (tensor.dim() != 1 && tensor.dim() != 2)) {
-      fail(path, "section '" + name + "' must be a 1-D or 2-D CPU tensor");
+    if (section.ndim != 1 && section.ndim != 2) {
+      fail(path, "section '" + name + "' must be a 1-D or 2-D array");
     }
-    if (!section_dtype_supported(tensor.scalar_type())) {
-      fail(path, "section '" + name + "' has dtype " + std::string(c10::toString(tensor.scalar_type())) +
-                     "; a store holds uint8, int8, uint16, int16, uint32, int32, int64, float16, float32 "
-                     "or float64");
+    const uint64_t item = element_size(section.dtype);
+    if (item == 0) {
+      fail(path, "section '" + name + "' has dtype " + section.type_name +
+                     "; a store holds uint8, int8, uint16, int16, uint32, int32, int64, float16, "
+                     "float32 or float64");
     }
     if (!valid_utf8(name)) fail(path, "section name is not UTF-8");
     for (size_t j = 0; j < i; ++j) {
-      if (sections[j].first == name) fail(path, "two sections named '" + name + "'");
+      if (sections[j].name == name) fail(path, "two sections named '" + name + "'");
     }
-    arrays.push_back(tensor.contiguous());
     SectionEntry& entry = table[i];
     std::memset(&entry, 0, sizeof(entry));
     std::memcpy(entry.name, name.data(), name.size());
-    entry.dtype = static_cast<int32_t>(tensor.scalar_type());
-    entry.ndim = static_cast<int32_t>(tensor.dim());
-    entry.shape[0] = tensor.size(0);
-    entry.shape[1] = tensor.dim() == 2 ? tensor.size(1) : 1;
+    entry.dtype = section.dtype;
+    entry.ndim = section.ndim;
+    entry.shape[0] = section.shape[0];
+    entry.shape[1] = section.ndim == 2 ? section.shape[1] : 1;
     entry.offset = offset;
-    entry.nbytes = tensor.numel() * tensor.element_size();
+    entry.nbytes = static_cast<uint64_t>(entry.shape[0]) * static_cast<uint64_t>(entry.shape[1]) *
+                   item;
     offset = align_up(offset + entry.nbytes);
   }
 
@@ -170,9 +155,9 @@ void write_store(const std::string& path,
   if (!table.empty()) {
     std::memcpy(file.data() + sizeof(Header), table.data(), sizeof(SectionEntry) * table.size());
   }
-  for (size_t i = 0; i < arrays.size(); ++i) {
+  for (size_t i = 0; i < sections.size(); ++i) {
     if (table[i].nbytes > 0) {
-      std::memcpy(file.data() + table[i].offset, arrays[i].data_ptr(), table[i].nbytes);
+      std::memcpy(file.data() + table[i].offset, sections[i].data, table[i].nbytes);
     }
   }
   header.payload_checksum = checksum64(file.data() + sizeof(Header), offset - sizeof(Header));
@@ -234,10 +219,7 @@ MappedStore::MappedStore(const std::string& path, bool verify_payload) : path_(p
           header.payload_checksum) {
     fail(path, "corrupt data (payload checksum mismatch)");
   }
-  for (const auto& [name, tensor] : sections()) {
-    (void)name;
-    (void)tensor;  // sections() validates every entry's bounds and type
-  }
+  sections();  // validates every entry's bounds and type
 }
 
 std::string MappedStore::key() const {
@@ -248,10 +230,10 @@ std::string MappedStore::key() const {
 
 uint64_t MappedStore::file_size() const { return mapping_->size(); }
 
-std::vector<std::pair<std::string, at::Tensor>> MappedStore::sections() const {
+std::vector<Section> MappedStore::sections() const {
   Header header;
   std::memcpy(&header, mapping_->bytes(), sizeof(Header));
-  std::vector<std::pair<std::string, at::Tensor>> result;
+  std::vector<Section> result;
   // Section data starts after the header and the table (the writer aligns it up to kAlignment).
   const uint64_t table_end = sizeof(Header) + sizeof(SectionEntry) * uint64_t{header.num_sections};
   for (uint32_t i = 0; i < header.num_sections; ++i) {
@@ -262,35 +244,31 @@ std::vector<std::pair<std::string, at::Tensor>> MappedStore::sections() const {
     if (name.empty() || name.size() == kMaxSectionName) fail(path_, "corrupt section name");
     // Names become Python str: bytes that are not UTF-8 would raise UnicodeDecodeError there.
     if (!valid_utf8(name)) fail(path_, "corrupt section name (not UTF-8)");
-    for (const auto& [other, tensor] : result) {
-      (void)tensor;
-      if (other == name) fail(path_, "corrupt section table (two sections named '" + name + "')");
+    for (const Section& other : result) {
+      if (other.name == name) {
+        fail(path_, "corrupt section table (two sections named '" + name + "')");
+      }
     }
     if (entry.ndim != 1 && entry.ndim != 2) fail(path_, "section '" + name + "' has bad rank");
-    if (entry.dtype < 0 || entry.dtype >= static_cast<int32_t>(at::ScalarType::NumOptions) ||
-        !section_dtype_supported(static_cast<at::ScalarType>(entry.dtype))) {
+    const uint64_t item = element_size(entry.dtype);
+    if (item == 0) {
       fail(path_, "section '" + name + "' has an unknown or unsupported dtype " +
                       std::to_string(entry.dtype));
     }
-    const auto dtype = static_cast<at::ScalarType>(entry.dtype);
     // A 1-D section's shape[1] is 1: the size check below must cover every element of the view.
     // Checked products: a shape whose byte size wraps around 2^64 must not pass as small.
     uint64_t numel = 0, nbytes = 0;
     if (entry.shape[0] < 0 || entry.shape[1] < 0 || (entry.ndim == 1 && entry.shape[1] != 1) ||
         __builtin_mul_overflow(static_cast<uint64_t>(entry.shape[0]),
                                static_cast<uint64_t>(entry.shape[1]), &numel) ||
-        __builtin_mul_overflow(numel, static_cast<uint64_t>(c10::elementSize(dtype)), &nbytes) ||
+        __builtin_mul_overflow(numel, item, &nbytes) ||
         entry.offset % kAlignment != 0 || entry.nbytes != nbytes || entry.offset < table_end ||
         entry.offset > mapping_->size() || entry.nbytes > mapping_->size() - entry.offset) {
       fail(path_, "section '" + name + "' lies outside the file or disagrees with its shape");
     }
-    std::vector<int64_t> shape = {entry.shape[0]};
-    if (entry.ndim == 2) shape.push_back(entry.shape[1]);
-    auto owner = mapping_;
-    // The mapping is read-only: the tensor is only ever exposed to Python as a read-only array.
-    void* data = const_cast<uint8_t*>(mapping_->bytes() + entry.offset);
-    result.emplace_back(name, torch::from_blob(data, shape, [owner](void*) {},
-                                               torch::TensorOptions().dtype(dtype)));
+    // The mapping is read-only: Python exposes the sections only as read-only arrays.
+    result.push_back(Section{name, entry.dtype, "", entry.ndim, {entry.shape[0], entry.shape[1]},
+                             mapping_->bytes() + entry.offset});
   }
   return result;
 }

@@ -52,7 +52,6 @@ from contextlib import contextmanager, suppress
 from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
-import torch
 from mmengine import fileio
 from mmengine.logging import print_log
 
@@ -60,7 +59,7 @@ from .._native import _C
 from .coco_columns import (IMAGE_NAME_SOURCES, CocoColumns, name_images, native_reader_available,
                            read_columns, validate_columns)
 from .coco_store_layout import LAYOUT_VERSION, coco_to_columns, columns_to_sections
-from ..io import file_state, open_regular_file
+from ..io import open_regular_file
 from .validation import AnnotationFileError, DuplicateIdError, parse_coco_json
 
 StoreError = _C.StoreError
@@ -100,8 +99,7 @@ class AnnotationStore:
             self._mapped = _C.MappedStore(path, verify)
             self.key = self._mapped.key()
             self.arrays: dict[str, np.ndarray] = {}
-            for name, tensor in self._mapped.sections():
-                array = tensor.numpy()
+            for name, array in self._mapped.sections():
                 array.flags.writeable = False  # the mapping is read-only; fail loudly, not SIGSEGV
                 self.arrays[name] = array
             version = self.arrays.get('layout_version')
@@ -150,10 +148,9 @@ class AnnotationStore:
 
 def write_store(path: str, sections: dict[str, np.ndarray], key: bytes) -> None:
     """Atomically write ``sections`` (named 1-D/2-D arrays) to a store file."""
-    # np.require copies only what torch cannot wrap as is (read-only byte buffers, small).
-    tensors = [(name, torch.from_numpy(np.require(array, requirements=['C', 'W'])))
-               for name, array in sections.items()]
-    _C.write_store(path, tensors, key)
+    # np.require copies only what is not C-contiguous already.
+    _C.write_store(path, [(name, np.require(array, requirements=['C']))
+                          for name, array in sections.items()], key)
 
 
 def _open_locked_shared(path: str) -> Optional[int]:
@@ -442,7 +439,8 @@ def build_store(source: Union[bytes, str, CocoColumns], store_path: str, key: by
                 ann_file: Optional[str] = None,
                 json_identity: Optional[tuple[int, ...]] = None,
                 image_names: str = 'file_name') -> AnnotationStore:
-    """Read a COCO json (a local path, its bytes, or its columns), validate it if asked, and write its store.
+    """Read a COCO json (a local path, its bytes, or its columns), validate it if asked, and
+    write its store.
 
     ``image_names``: where image file names come from (``coco_columns.name_images``; columns
     passed in must have been read with the same value).

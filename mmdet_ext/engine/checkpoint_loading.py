@@ -16,7 +16,7 @@ import os
 import pickle
 import struct
 import zipfile
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -24,9 +24,15 @@ from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
 from .._compat import checkpoint_schemes, set_checkpoint_schemes
+from .._torch_compat import (SafeGlobal, allowlist_table, load_allowlisted,
+                             unsafe_globals_in_checkpoint)
+from ..allowlist_pickle import RefusedGlobal
 from ..io import open_regular_file
 
-SafeGlobal = Union[Callable, tuple[Callable, str]]
+try:
+    from numpy._core import multiarray  # numpy >= 1.26; numpy 2 deprecates numpy.core
+except ImportError:
+    from numpy.core import multiarray
 
 # What ``HistoryBuffer`` pickles besides itself: its statistics methods, as
 # ``getattr(HistoryBuffer, 'mean')`` (pickle's way of naming a method by qualified name).
@@ -57,7 +63,6 @@ def checkpoint_safe_globals() -> list[SafeGlobal]:
     numpy >= 2 pickles ``numpy._core.multiarray.*``; numpy 1.x wrote ``numpy.core.multiarray.*``,
     which existing checkpoints still carry, so both names map to the same functions.
     """
-    multiarray = np._core.multiarray  # numpy 2: np.core is a deprecated alias
     numpy_dtype_classes = [type(np.dtype(code)) for code in '?bBhHiIlLqQefdgFDGUSO']
     return [
         HistoryBuffer,  # message_hub's log history
@@ -71,12 +76,6 @@ def checkpoint_safe_globals() -> list[SafeGlobal]:
         (multiarray.scalar, 'numpy._core.multiarray.scalar'),
         (multiarray.scalar, 'numpy.core.multiarray.scalar'),
     ]
-
-
-def _safe_global_name(entry: SafeGlobal) -> str:
-    if isinstance(entry, tuple):
-        return entry[1]
-    return f'{entry.__module__}.{entry.__qualname__}'
 
 
 def resolve_safe_globals(names: Sequence[str]) -> list[Callable]:
@@ -95,9 +94,16 @@ def resolve_safe_globals(names: Sequence[str]) -> list[Callable]:
     return resolved
 
 
-def _disallowed_globals(filename: str, extra: Sequence[SafeGlobal]) -> list[str]:
-    allowed = {_safe_global_name(g) for g in [*checkpoint_safe_globals(), *extra]}
-    found = torch.serialization.get_unsafe_globals_in_checkpoint(filename)
+def _disallowed_globals(filename: str, extra: Sequence[SafeGlobal],
+                        err: pickle.UnpicklingError, is_zip: bool) -> list[str]:
+    """The globals of the file outside the allowlist: the one the allowlist unpickler stopped
+    at, or all of them where torch lists them (zip checkpoints, torch >= 2.5); else none."""
+    if isinstance(err, RefusedGlobal):
+        return [err.global_name]
+    found = unsafe_globals_in_checkpoint(filename) if is_zip else None
+    if found is None:
+        return []
+    allowed = allowlist_table([*checkpoint_safe_globals(), *extra])
     return [name for name in found if name not in allowed]
 
 
@@ -171,11 +177,10 @@ def load_checkpoint_to_cpu(filename: str, *, allow_unsafe_globals: bool = False,
                   logger='current', level=logging.WARNING)
         return torch.load(filename, map_location='cpu', weights_only=False, mmap=use_mmap)
     try:
-        with torch.serialization.safe_globals([*checkpoint_safe_globals(), *extra_safe_globals]):
-            checkpoint = torch.load(filename, map_location='cpu', weights_only=True,
-                                    mmap=use_mmap)
+        checkpoint = load_allowlisted(filename, [*checkpoint_safe_globals(), *extra_safe_globals],
+                                      mmap=use_mmap)
     except pickle.UnpicklingError as err:
-        offending = _disallowed_globals(filename, extra_safe_globals) if is_zip else []
+        offending = _disallowed_globals(filename, extra_safe_globals, err, is_zip)
         what = ', '.join(offending) if offending else _unpickler_reason(err)
         example = offending[0] if offending else 'module.Class'
         raise CheckpointLoadError(

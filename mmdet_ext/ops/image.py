@@ -4,6 +4,7 @@ from typing import Optional
 import torch
 
 from .._native import _C  # noqa: F401  (registers the schema the fake kernel attaches to)
+from .._torch_compat import register_fake
 
 # cv::ImreadModes values, spelled the way mmcv's ``imfrombytes(flag=...)`` spells them.
 IMREAD_FLAGS = {
@@ -50,7 +51,7 @@ def decode_image(data: torch.Tensor, color_type: str = 'color', scale_denom: int
                                             max_pixels)
 
 
-@torch.library.register_fake('mmdet_ext::decode_image')
+@register_fake('mmdet_ext::decode_image')
 def _decode_image_fake(data: torch.Tensor, flags: int, scale_denom: int = 1,
                        max_pixels: Optional[int] = None) -> torch.Tensor:
     torch._check(data.dtype == torch.uint8 and data.dim() == 1)

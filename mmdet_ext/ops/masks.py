@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from .._native import _C  # noqa: F401  (registers the schemas the fake kernels attach to)
+from .._torch_compat import register_fake
 
 
 def _dynamic_1d(like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -66,7 +67,7 @@ def rle_encode(mask: torch.Tensor) -> torch.Tensor:
     return torch.ops.mmdet_ext.rle_encode(mask)
 
 
-@torch.library.register_fake('mmdet_ext::rle_encode')
+@register_fake('mmdet_ext::rle_encode')
 def _rle_encode_fake(mask: torch.Tensor) -> torch.Tensor:
     torch._check(mask.dim() == 2)
     return _dynamic_1d(mask, torch.int32)
@@ -77,7 +78,7 @@ def rle_decode(counts: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return torch.ops.mmdet_ext.rle_decode(counts, height, width)
 
 
-@torch.library.register_fake('mmdet_ext::rle_decode')
+@register_fake('mmdet_ext::rle_decode')
 def _rle_decode_fake(counts: torch.Tensor, height: int, width: int) -> torch.Tensor:
     torch._check(counts.dim() == 1)
     return counts.new_empty((height, width), dtype=torch.uint8)
@@ -89,7 +90,7 @@ def rle_decode_batch(counts: torch.Tensor, run_counts: torch.Tensor, height: int
     return torch.ops.mmdet_ext.rle_decode_batch(counts, run_counts, height, width)
 
 
-@torch.library.register_fake('mmdet_ext::rle_decode_batch')
+@register_fake('mmdet_ext::rle_decode_batch')
 def _rle_decode_batch_fake(counts: torch.Tensor, run_counts: torch.Tensor, height: int,
                            width: int) -> torch.Tensor:
     torch._check(counts.dim() == 1 and run_counts.dim() == 1)
@@ -105,7 +106,7 @@ def rle_to_string(counts: torch.Tensor) -> bytes:
     return bytes(torch.ops.mmdet_ext.rle_to_string(counts).numpy())
 
 
-@torch.library.register_fake('mmdet_ext::rle_to_string')
+@register_fake('mmdet_ext::rle_to_string')
 def _rle_to_string_fake(counts: torch.Tensor) -> torch.Tensor:
     torch._check(counts.dim() == 1)
     return _dynamic_1d(counts, torch.uint8)
@@ -119,7 +120,7 @@ def rle_from_string(data: bytes | str, height: int, width: int) -> torch.Tensor:
         torch.from_numpy(np.frombuffer(bytearray(raw), dtype=np.uint8)), height, width)
 
 
-@torch.library.register_fake('mmdet_ext::rle_from_string')
+@register_fake('mmdet_ext::rle_from_string')
 def _rle_from_string_fake(data: torch.Tensor, height: int, width: int) -> torch.Tensor:
     torch._check(data.dim() == 1 and data.dtype == torch.uint8)
     return _dynamic_1d(data, torch.int32)
@@ -131,7 +132,7 @@ def rle_merge(counts: torch.Tensor, run_counts: torch.Tensor, height: int, width
     return torch.ops.mmdet_ext.rle_merge(counts, run_counts, height, width, intersect)
 
 
-@torch.library.register_fake('mmdet_ext::rle_merge')
+@register_fake('mmdet_ext::rle_merge')
 def _rle_merge_fake(counts: torch.Tensor, run_counts: torch.Tensor, height: int, width: int,
                     intersect: bool = False) -> torch.Tensor:
     torch._check(counts.dim() == 1 and run_counts.dim() == 1)
@@ -146,7 +147,7 @@ def rle_area(counts: torch.Tensor) -> int:
     return int(torch.ops.mmdet_ext.rle_area(counts))
 
 
-@torch.library.register_fake('mmdet_ext::rle_area')
+@register_fake('mmdet_ext::rle_area')
 def _rle_area_fake(counts: torch.Tensor) -> torch.Tensor:
     torch._check(counts.dim() == 1)
     return counts.new_empty((), dtype=torch.int64)
@@ -157,7 +158,7 @@ def rle_to_bbox(counts: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return torch.ops.mmdet_ext.rle_to_bbox(counts, height, width)
 
 
-@torch.library.register_fake('mmdet_ext::rle_to_bbox')
+@register_fake('mmdet_ext::rle_to_bbox')
 def _rle_to_bbox_fake(counts: torch.Tensor, height: int, width: int) -> torch.Tensor:
     torch._check(counts.dim() == 1)
     return counts.new_empty((4, ), dtype=torch.float64)
@@ -184,7 +185,7 @@ def rle_crop_and_resize(counts: torch.Tensor, run_counts: torch.Tensor, height: 
                                                    inds, *out_shape)
 
 
-@torch.library.register_fake('mmdet_ext::rle_crop_and_resize')
+@register_fake('mmdet_ext::rle_crop_and_resize')
 def _rle_crop_and_resize_fake(counts: torch.Tensor, run_counts: torch.Tensor, height: int,
                               width: int, boxes: torch.Tensor, inds: torch.Tensor,
                               out_height: int, out_width: int) -> torch.Tensor:
@@ -206,7 +207,7 @@ def rle_from_polygons(coords: torch.Tensor, part_lengths: torch.Tensor, height: 
     return torch.ops.mmdet_ext.rle_from_polygons(coords, part_lengths, height, width)
 
 
-@torch.library.register_fake('mmdet_ext::rle_from_polygons')
+@register_fake('mmdet_ext::rle_from_polygons')
 def _rle_from_polygons_fake(coords: torch.Tensor, part_lengths: torch.Tensor, height: int,
                             width: int) -> torch.Tensor:
     torch._check(coords.dim() == 1 and part_lengths.dim() == 1)
@@ -223,7 +224,7 @@ def polygons_to_masks(coords: torch.Tensor, part_lengths: torch.Tensor,
                                                  width)
 
 
-@torch.library.register_fake('mmdet_ext::polygons_to_masks')
+@register_fake('mmdet_ext::polygons_to_masks')
 def _polygons_to_masks_fake(coords: torch.Tensor, part_lengths: torch.Tensor,
                             part_counts: torch.Tensor, height: int, width: int) -> torch.Tensor:
     torch._check(coords.dim() == 1 and part_counts.dim() == 1)
@@ -252,7 +253,7 @@ def polygons_crop_and_resize(coords: torch.Tensor, part_lengths: torch.Tensor,
                                                         inds, *out_shape)
 
 
-@torch.library.register_fake('mmdet_ext::polygons_crop_and_resize')
+@register_fake('mmdet_ext::polygons_crop_and_resize')
 def _polygons_crop_and_resize_fake(coords: torch.Tensor, part_lengths: torch.Tensor,
                                    part_counts: torch.Tensor, boxes: torch.Tensor,
                                    inds: torch.Tensor, out_height: int,

@@ -3,6 +3,7 @@ CUDA), ``resize_normalize_batch`` (CPU and CUDA) (kernels: ``csrc/transforms/``)
 import torch
 
 from .._native import _C  # noqa: F401  (registers the schemas the fake kernels attach to)
+from .._torch_compat import register_fake
 from ..rounding import padded_size
 
 # cv::InterpolationFlags by mmcv's names, and warp_image's flip codes by mmcv's direction names.
@@ -37,7 +38,7 @@ def warp_image(image: torch.Tensor, out_shape: tuple[int, int], interpolation: s
                                           FLIP_CODES[flip_direction])
 
 
-@torch.library.register_fake('mmdet_ext::warp_image')
+@register_fake('mmdet_ext::warp_image')
 def _warp_image_fake(image: torch.Tensor, out_height: int, out_width: int, interpolation: int,
                      flip: int) -> torch.Tensor:
     torch._check(image.dtype == torch.uint8 and image.dim() == 3)
@@ -66,7 +67,7 @@ def normalize_batch(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
                                                float(pad_value))
 
 
-@torch.library.register_fake('mmdet_ext::normalize_batch')
+@register_fake('mmdet_ext::normalize_batch')
 def _normalize_batch_fake(images, mean, std, reverse_channels, image_sizes, pad_value):
     torch._check(images.dtype == torch.uint8 and images.dim() == 4)
     return images.new_empty(images.shape, dtype=torch.float32)
@@ -120,7 +121,7 @@ def resize_normalize_batch(data: torch.Tensor, image_shapes: torch.Tensor,
         reverse_channels, height, width, float(pad_value), dtype)
 
 
-@torch.library.register_fake('mmdet_ext::resize_normalize_batch')
+@register_fake('mmdet_ext::resize_normalize_batch')
 def _resize_normalize_batch_fake(data, image_shapes, out_shapes, flips, interpolation, mean, std,
                                  reverse_channels, batch_height, batch_width, pad_value,
                                  dtype=None):

@@ -2,7 +2,7 @@
 // ../cuda/resize_normalize_batch_kernel.cu): decoded images, packed in one flat uint8 buffer, to
 // the detector's padded float batch in one pass: cv::resize (bilinear or nearest, OpenCV's
 // integer arithmetic), flip, channel order, (x - mean) / std, padding. Nothing is written twice.
-#include <optional>
+#include <c10/util/Optional.h>
 #include <vector>
 
 #include <ATen/Dispatch.h>
@@ -69,12 +69,13 @@ void fill_batch(const transforms::ResizePlan& plan, const uint8_t* data, const f
   });
 }
 
+// c10::optional, not std::optional: the only optional torch < 2.4 matches to a schema's `?` type.
 at::Tensor resize_normalize_batch_cpu(const at::Tensor& data, const at::Tensor& image_shapes,
                                       const at::Tensor& out_shapes, const at::Tensor& flips,
                                       int64_t interpolation, const at::Tensor& mean,
                                       const at::Tensor& std, bool reverse_channels,
                                       int64_t batch_height, int64_t batch_width,
-                                      double pad_value, std::optional<at::ScalarType> dtype) {
+                                      double pad_value, c10::optional<at::ScalarType> dtype) {
   const transforms::ResizePlan plan = transforms::plan_resize_normalize(
       data, image_shapes, out_shapes, flips, interpolation, mean, std, batch_height, batch_width);
   const at::ScalarType out_type = dtype.value_or(at::kFloat);

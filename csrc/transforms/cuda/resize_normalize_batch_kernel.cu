@@ -3,7 +3,7 @@
 // uint8 buffer, to the detector's padded batch, one thread per output value. The resize taps
 // come from the same host code (../resize_normalize_batch.cpp) and the pixel arithmetic from the
 // same header, integer only, so the bits are the CPU kernel's.
-#include <optional>
+#include <c10/util/Optional.h>
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -56,7 +56,7 @@ at::Tensor resize_normalize_batch_cuda(const at::Tensor& data, const at::Tensor&
                                        int64_t interpolation, const at::Tensor& mean,
                                        const at::Tensor& std, bool reverse_channels,
                                        int64_t batch_height, int64_t batch_width,
-                                       double pad_value, std::optional<at::ScalarType> dtype) {
+                                       double pad_value, c10::optional<at::ScalarType> dtype) {
   TORCH_CHECK(data.is_cuda(), "resize_normalize_batch: expected the pixels on a CUDA device "
               "(shapes, flips, mean and std may be anywhere), got ", data.device());
   const transforms::ResizePlan plan = transforms::plan_resize_normalize(
