@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The maintained-fork stack (issue 28, matrix column b): Python 3.11, torch 2.13.0 (local CPU
+# wheel), onedl-mmengine 0.10.12, onedl-mmcv 2.3.6 built from its sdist with CPU ops,
+# onedl-mmdetection 3.5.1, in its own venv; then the plugin built in a copy of this checkout,
+# a subset of the suite, README command 1 cut to one epoch, and a dry-run install of our wheel.
+#
+#   bash tools/compat/fork.sh                  # every step
+#   bash tools/compat/fork.sh plugin subset    # only the named steps (venv already built)
+#
+# Steps: venv torch frameworks tools plugin subset demo dryrun. Each prints its wall time.
+# FORK_VENV (default ~/.cache/mmdet_ext/venvs/fork); the onedl-mmcv wheel is cached in
+# ~/.cache/mmdet_ext/wheels/onedl/ (not beside CI's upstream mmcv wheel). MAX_JOBS (default 2).
+# Never touches the system python3.
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=tools/compat/lib.sh
+source "$repo_root/tools/compat/lib.sh"
+cache_dir=${MMDET_EXT_CACHE:-$HOME/.cache/mmdet_ext}
+venv=${FORK_VENV:-$cache_dir/venvs/fork}
+wheel_dir=$cache_dir/wheels/onedl
+src=$venv/src
+results=$venv/results
+py=$venv/bin/python
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+export MAX_JOBS=${MAX_JOBS:-2}
+pip_install() { "$py" -m pip install --quiet "$@"; }
+
+# The suite's subset for a foreign stack: what touches the framework (packaging and info, compat,
+# checkpoints and resume, prefetch, masks, loading, dataset, collate, end-to-end training).
+subset=(
+  tests/test_packaging.py tests/test_build_info.py tests/test_compat.py
+  tests/test_checkpoint_loading.py tests/test_checkpoint_saving.py
+  tests/test_checkpoint_exact_resume.py tests/test_preemption_resume.py
+  tests/test_device_prefetch.py tests/test_lazy_masks.py tests/test_conformance_masks.py
+  tests/test_loading.py tests/test_conformance_loading.py tests/test_lazy_coco_dataset.py
+  tests/test_conformance_dataset.py tests/test_collate.py tests/test_conformance_collate.py
+  tests/test_train_e2e.py
+)
+
+step_venv() {
+  [ -x "$py" ] || python3.11 -m venv "$venv"
+  "$py" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version'
+}
+
+# Exactly torch==2.13.0: pip's find-links holds the local CPU wheel; nothing else is pulled.
+step_torch() { pip_install "torch==2.13.0"; }
+
+step_frameworks() {
+  # onedl-mmcv's setup.py compiles its ops against the installed torch (no build isolation), and
+  # its build-system wants setuptools>=80 and packaging>=24.2.
+  pip_install "setuptools>=80" wheel ninja "packaging>=24.2" "onedl-mmengine==0.10.12"
+  local wheel
+  wheel=$(ls "$wheel_dir"/onedl_mmcv-2.3.6-*.whl 2>/dev/null | head -n 1 || true)
+  if [ -z "$wheel" ]; then
+    mkdir -p "$wheel_dir"
+    FORCE_CUDA=0 "$py" -m pip wheel --no-deps --no-build-isolation --no-binary onedl-mmcv \
+      --wheel-dir "$wheel_dir" "onedl-mmcv==2.3.6"
+    wheel=$(ls "$wheel_dir"/onedl_mmcv-2.3.6-*.whl | head -n 1)
+  fi
+  pip_install "$wheel"
+  pip_install "onedl-mmdetection==3.5.1"
+  "$py" -c 'import mmcv.ops, mmdet, mmengine; print("mmengine", mmengine.__version__,
+"mmcv", mmcv.__version__, "mmdet", mmdet.__version__)'
+}
+
+step_tools() {
+  pip_install pycocotools psutil pytest hypothesis build
+  if "$py" -c 'import torchvision' 2>/dev/null; then
+    echo 'torchvision is installed in the fork venv; it breaks the Runner' >&2
+    return 1
+  fi
+  "$py" -m pip list --format=freeze > "$venv/pip-freeze.txt"
+}
+
+step_plugin() {
+  rm -rf "$src"
+  compat_copy_checkout "$repo_root" "$src"
+  compat_build_plugin "$py" "$src"
+}
+
+step_subset() {
+  mkdir -p "$results"
+  compat_run_subset "$py" "$src" "$results/subset.xml" "${subset[@]}" \
+    2>&1 | tee "$results/subset.log"
+}
+
+# README command 1 (toy COCO + Mask R-CNN R18 training), cut to one epoch.
+step_demo() {
+  mkdir -p "$results"
+  (cd "$src" && PYTHONPATH=$src "$py" tools/make_toy_coco.py &&
+    PYTHONPATH=$src "$py" tools/train.py configs/mask-rcnn_r18_fpn_toy-coco.py \
+      --work-dir "$results/demo" --cfg-options train_cfg.max_epochs=1) \
+    2>&1 | tee "$results/demo.log"
+}
+
+# Our wheel into the fork venv, dry run: the report must install nothing but mmdet_ext.
+step_dryrun() {
+  mkdir -p "$results"
+  rm -rf "$src/dist"
+  (cd "$src" && "$py" -m build --no-isolation --wheel --outdir "$src/dist")
+  "$py" -m pip install --dry-run --quiet --report "$results/dryrun.json" "$src"/dist/*.whl
+  "$py" - "$results/dryrun.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+names = [f"{i['metadata']['name']}-{i['metadata']['version']}" for i in report['install']]
+print('would install:', ' '.join(names))
+others = [n for n in names if not n.lower().replace('_', '-').startswith('mmdet-ext-')]
+sys.exit(f'would change installed distributions: {others}' if others else 0)
+PY
+}
+
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(venv torch frameworks tools plugin subset demo dryrun)
+for s in "${steps[@]}"; do
+  compat_step "$s" "step_$s"
+done
