@@ -339,7 +339,8 @@ def resume_skip_count(loop: Any) -> int:
 
 def skip_batches(iterator: Any, count: int) -> None:
     """Pass over ``count`` batches of ``iterator``: its ``skip_iter`` where it has one (the
-    fork's ``_InfiniteDataloaderIterator`` skips indices without loading them), else
+    fork's ``_InfiniteDataloaderIterator`` skips indices without loading them; called before
+    its first batch, as the fork's loop does: it counts from the start of the run), else
     ``count`` ``next()`` calls."""
     if count <= 0:
         return

@@ -7,7 +7,7 @@ from mmengine.hooks import CheckpointHook, Hook
 from mmengine.runner import IterBasedTrainLoop
 
 from ..._compat import (data_epoch, restart_infinite_iterator, resume_skip_count,
-                        runner_resume_requested, skip_batches)
+                        runner_resume_requested)
 from ...datasets.sample_seeds import (ResumableBatchSampler, index_sampler,
                                       install_resumable_loading)
 from ...registry import HOOKS
@@ -40,11 +40,14 @@ class PrepaidIterator:
         return next(self.iterator)
 
     def skip_iter(self, num_iters: int) -> None:
-        """Pass over ``num_iters`` batches, as the fork's loop asks on resume: the prepaid ones
-        cost nothing; any beyond them are ``iterator``'s (``_compat.skip_batches``)."""
+        """Pass over the next ``num_iters`` batches (the fork's loop asks for the prepaid ones,
+        once, on resume): the prepaid ones cost nothing; any beyond them are drawn from
+        ``iterator`` and dropped. Not ``iterator.skip_iter``: the fork's counts from the start
+        of the run, and ``iterator`` already stands at the resumed position."""
         paid = min(self.prepaid, max(num_iters, 0))
         self.prepaid -= paid
-        skip_batches(self.iterator, num_iters - paid)
+        for _ in range(num_iters - paid):
+            next(self.iterator)
 
     @property
     def data_epoch(self) -> int:
