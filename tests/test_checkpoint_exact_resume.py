@@ -8,7 +8,7 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 from helpers.tiny_runner import (LossRecorderHook, assert_iter_based_resume_repeats_the_run,
-                                 read_losses, tiny_runner_kwargs)
+                                 needs_fast_forward_on_resume, read_losses, tiny_runner_kwargs)
 from helpers.resumed_iterators import ids, loop_iterator, uninterrupted_ids
 from mmdet_ext.engine.hooks.exact_resume_hook import PrepaidIterator
 
@@ -74,6 +74,17 @@ def test_iteration_based_resume_in_a_later_data_epoch(tmp_path, save_at,
     epoch 1 before DistSamplerSeedHook sets the sampler to the loop's epoch 0; the order must
     still be data epoch 1's."""
     assert_iter_based_resume_repeats_the_run(tmp_path, save_at)
+
+@needs_fast_forward_on_resume
+@pytest.mark.parametrize('save_at', [5, 8, 11],
+                         ids=['mid-first-epoch', 'at-epoch-end', 'mid-second-epoch'])
+def test_fast_forward_on_resume_still_repeats_the_run(tmp_path, save_at,
+                                                      no_dataloader_restart_pause):
+    """The fork's loop then skips nothing; the data continues at the saved position all the
+    same (and no None batch from PrepaidIterator reaches the model)."""
+    assert_iter_based_resume_repeats_the_run(
+        tmp_path, save_at, loop_options=dict(fast_forward_on_resume=True))
+
 
 def test_iteration_based_runs_gather_rng_state_only_for_checkpoints(tmp_path, monkeypatch):
     """The snapshot is a collective in distributed runs: taken when a checkpoint is saved, not

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from helpers.resumed_iterators import ids, loop_iterator, uninterrupted_ids
-from helpers.tiny_runner import assert_iter_based_resume_repeats_the_run
+from helpers.tiny_runner import (assert_iter_based_resume_repeats_the_run,
+                                 needs_fast_forward_on_resume)
 from mmdet_ext.engine import DevicePrefetcher, DevicePrefetchHook, RecordingStreams
 from mmdet_ext.engine.hooks.exact_resume_hook import PrepaidIterator
 from mmdet_ext.ops import deferred_pixels_device, has_kernel
@@ -99,14 +100,19 @@ def test_cpu_only_build_keeps_deferred_pixels_on_the_cpu():
     assert not isinstance(FakeRunner.train_loop.dataloader_iterator, DevicePrefetcher)
 
 
+@pytest.mark.parametrize('fast_forward', [
+    pytest.param(False, id='resume-skips'),
+    pytest.param(True, id='fast-forward', marks=needs_fast_forward_on_resume)])
 @pytest.mark.parametrize('save_at', [8, 11], ids=['at-epoch-end', 'mid-second-epoch'])
-def test_resume_with_prefetch_repeats_the_uninterrupted_losses(tmp_path, save_at,
+def test_resume_with_prefetch_repeats_the_uninterrupted_losses(tmp_path, save_at, fast_forward,
                                                                no_dataloader_restart_pause):
     """Saved where the look-ahead has already drawn the next data epoch's first batch (8), and
     in the second data epoch (11); resumed with prefetching (the data position counts the
     batch trained on, and the resumed run's skipped iterations are None batches)."""
+    loop_options = dict(fast_forward_on_resume=True) if fast_forward else None
     assert_iter_based_resume_repeats_the_run(
-        tmp_path, save_at, hooks=[DevicePrefetchHook(streams=RecordingStreams())])
+        tmp_path, save_at, hooks=[DevicePrefetchHook(streams=RecordingStreams())],
+        loop_options=loop_options)
 
 
 # ---- the fork's resume: IterBasedTrainLoop.run calls dataloader_iterator.skip_iter(n) --------
