@@ -112,6 +112,14 @@ PY
 
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(venv torch frameworks tools plugin subset demo dryrun)
+failed=()
 for s in "${steps[@]}"; do
-  compat_step "$s" "step_$s"
+  case $s in
+    subset | demo | dryrun) compat_step "$s" "step_$s" || failed+=("$s") ;;  # checks: go on
+    *) compat_step "$s" "step_$s" ;;  # the environment: nothing after it can run without it
+  esac
 done
+if [ ${#failed[@]} -gt 0 ]; then
+  printf '[compat] failed: %s\n' "${failed[*]}"
+  exit 1
+fi
