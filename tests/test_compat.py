@@ -438,21 +438,29 @@ def test_skip_batches_uses_skip_iter_where_there_is_one() -> None:
 
 
 @pytest.mark.parametrize('offset', [(2, 3), (-3, 5), (9, -1), (0, 0), 4], ids=repr)
-def test_translate_both_is_the_axes_one_after_the_other(offset) -> None:
-    """Integer offsets (the fork's Mosaic passes ints): the fork's one-step translate equals
-    OpenMMLab's horizontal then vertical one, for bitmaps and polygons (both clip each axis)."""
+def test_translate_both_moves_and_clips_both_axes(offset) -> None:
+    """The fork's ``translate(direction='both')`` (its Mosaic passes whole pixels), in either
+    family: polygon points moved by (dx, dy) and clipped to the new size, bitmaps shifted with
+    zeros coming in (``BitmapMasks`` first crops or zero-pads to the new size at the top left)."""
     dx, dy = offset if isinstance(offset, tuple) else (offset, offset)
-    rng = np.random.default_rng(sum((dx, dy)) + 7)
+    rng = np.random.default_rng([dx + 20, dy + 20])
+    parts = [rng.uniform(-2, 14, 8) for _ in range(3)]
+    moved = _compat.translate_masks(PolygonMasks([[p] for p in parts], 12, 10), (13, 9),
+                                    offset, 'both')
+    assert type(moved) is PolygonMasks and (moved.height, moved.width) == (13, 9)
+    for (ours,), part in zip(moved.masks, parts):
+        np.testing.assert_array_equal(ours[0::2], np.clip(part[0::2] + dx, 0, 9))
+        np.testing.assert_array_equal(ours[1::2], np.clip(part[1::2] + dy, 0, 13))
+
     pixels = (rng.random((3, 12, 10)) > 0.6).astype(np.uint8)
-    polygons = PolygonMasks([[rng.uniform(-2, 14, 8)] for _ in range(3)], 12, 10)
-    for masks in (BitmapMasks(pixels, 12, 10), polygons):
-        both = _compat.translate_masks(masks, (13, 9), offset, 'both')
-        steps = masks.translate((13, 9), dx, 'horizontal').translate((13, 9), dy, 'vertical')
-        assert type(both) is type(masks) and (both.height, both.width) == (13, 9)
-        np.testing.assert_array_equal(both.to_ndarray(), steps.to_ndarray())
-        if isinstance(masks, PolygonMasks):
-            for ours, theirs in zip(both.masks, steps.masks):
-                np.testing.assert_array_equal(ours[0], theirs[0])
+    canvas = np.zeros((3, 13, 9), np.uint8)
+    canvas[:, :12, :9] = pixels[:, :, :9]
+    expected = np.zeros_like(canvas)
+    expected[:, max(dy, 0):13 + min(dy, 0), max(dx, 0):9 + min(dx, 0)] = \
+        canvas[:, max(-dy, 0):13 - max(dy, 0), max(-dx, 0):9 - max(dx, 0)]
+    moved = _compat.translate_masks(BitmapMasks(pixels, 12, 10), (13, 9), offset, 'both')
+    assert type(moved) is BitmapMasks and (moved.height, moved.width) == (13, 9)
+    np.testing.assert_array_equal(moved.masks, expected)
 
 
 def test_bitmap_masks_pixels_are_what_bitmap_masks_holds() -> None:
