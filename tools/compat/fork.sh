@@ -7,7 +7,8 @@
 #   bash tools/compat/fork.sh                  # every step
 #   bash tools/compat/fork.sh plugin subset    # only the named steps (venv already built)
 #
-# Steps: venv torch frameworks tools plugin subset demo dryrun. Each prints its wall time.
+# Steps: venv torch mmengine mmcv mmdet tools plugin subset demo dryrun; each prints its wall
+# time. mmcv builds onedl-mmcv once (about 15-40 min on 2 cores), later runs take the cached wheel.
 # FORK_VENV (default ~/.cache/mmdet_ext/venvs/fork); the onedl-mmcv wheel is cached in
 # ~/.cache/mmdet_ext/wheels/onedl/ (not beside CI's upstream mmcv wheel). MAX_JOBS (default 2).
 # Never touches the system python3.
@@ -46,10 +47,13 @@ step_venv() {
 # Exactly torch==2.13.0: pip's find-links holds the local CPU wheel; nothing else is pulled.
 step_torch() { pip_install "torch==2.13.0"; }
 
-step_frameworks() {
-  # onedl-mmcv's setup.py compiles its ops against the installed torch (no build isolation), and
-  # its build-system wants setuptools>=80 and packaging>=24.2.
+# onedl-mmcv's setup.py compiles its ops against the installed torch (no build isolation), and
+# its build-system wants setuptools>=80 and packaging>=24.2.
+step_mmengine() {
   pip_install "setuptools>=80" wheel ninja "packaging>=24.2" "onedl-mmengine==0.10.12"
+}
+
+step_mmcv() {
   local wheel
   wheel=$(ls "$wheel_dir"/onedl_mmcv-2.3.6-*.whl 2>/dev/null | head -n 1 || true)
   if [ -z "$wheel" ]; then
@@ -59,6 +63,9 @@ step_frameworks() {
     wheel=$(ls "$wheel_dir"/onedl_mmcv-2.3.6-*.whl | head -n 1)
   fi
   pip_install "$wheel"
+}
+
+step_mmdet() {
   pip_install "onedl-mmdetection==3.5.1"
   "$py" -c 'import mmcv.ops, mmdet, mmengine; print("mmengine", mmengine.__version__,
 "mmcv", mmcv.__version__, "mmdet", mmdet.__version__)'
@@ -111,7 +118,7 @@ PY
 }
 
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(venv torch frameworks tools plugin subset demo dryrun)
+[ ${#steps[@]} -gt 0 ] || steps=(venv torch mmengine mmcv mmdet tools plugin subset demo dryrun)
 failed=()
 for s in "${steps[@]}"; do
   case $s in
