@@ -2,26 +2,44 @@
 
 Any private upstream call (a ``_name`` function, method or attribute of mmengine, mmdet or mmcv)
 goes through here; the rest of the package uses only the functions below. Everything was read from
-mmengine 0.10.7, mmdet 3.3.0 and mmcv 2.1.0 (:data:`UPSTREAM_VERSIONS`).
+both families that install these import names (``_framework.FAMILIES``): OpenMMLab's mmengine
+0.10.7, mmdet 3.3.0, mmcv 2.1.0 and the maintained fork's onedl-mmengine 0.10.12,
+onedl-mmdetection 3.5.1, onedl-mmcv 2.3.6 (:data:`READ_FROM`). Which family installed each package
+is read once, at import (:data:`FAMILY`); callers never test versions themselves.
 
-Three tables record what we rely on, and ``tests/test_compat.py`` checks each against the installed
+Four tables record what we rely on, and ``tests/test_compat.py`` checks each against the installed
 packages, so an upgrade that renames, removes or reshapes one fails there, naming it:
 
 - :data:`PRIVATE_CALLABLES`: private functions/methods we call or override, with their parameters;
 - :data:`PRIVATE_ATTRIBUTES`: private attributes we read or write;
 - :data:`COPIED_SOURCES`: upstream methods whose body we re-implement (a method override, or the
-  tail of one), with the SHA-256 of ``inspect.getsource`` of the upstream method as read.
+  tail of one), with the SHA-256 of ``inspect.getsource`` of the upstream method as read in
+  each family;
+- :data:`FAMILY_DIFFERENCES`: behaviour we depend on that the two families do differently (the
+  fork's ``skip_iter`` resume, its mask API), what each family does, and the code that copes.
 """
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union
 
-from mmcv.image.geometric import _scale_size
+import cv2
+import numpy as np
+from mmcv.image.geometric import _scale_size, cv2_interp_codes
+from mmdet.structures.mask import BitmapMasks, PolygonMasks
 from mmengine.runner.checkpoint import CheckpointLoader
+
+from ._framework import IMPORT_NAMES, installed_family
 
 if TYPE_CHECKING:
     from mmdet.datasets.transforms import RandomFlip, Resize
 
-UPSTREAM_VERSIONS = {'mmengine': '0.10.7', 'mmdet': '3.3.0', 'mmcv': '2.1.0'}
+# The versions each family's records were read from.
+READ_FROM = {'openmmlab': {'mmengine': '0.10.7', 'mmdet': '3.3.0', 'mmcv': '2.1.0'},
+             'onedl': {'mmengine': '0.10.12', 'mmdet': '3.5.1', 'mmcv': '2.3.6'}}
+# The family whose records hold for each installed package. A package no distribution installed
+# (a source tree on sys.path) or installed by both families is taken for OpenMMLab's, and
+# tests/test_compat.py says so if its behaviour is the fork's.
+FAMILY = {name: installed_family(name) or 'openmmlab' for name in IMPORT_NAMES}
+UPSTREAM_VERSIONS = {name: READ_FROM[FAMILY[name]][name] for name in IMPORT_NAMES}
 
 
 class PrivateCallable(NamedTuple):
@@ -31,9 +49,20 @@ class PrivateCallable(NamedTuple):
 
 
 class CopiedSource(NamedTuple):
-    """An upstream method we re-implement: SHA-256 of its source as read, and where our copy is."""
-    sha256: str
+    """An upstream method we re-implement: SHA-256 of its source as read in each family
+    (``{family: digest}``), and where our copy is."""
+    sha256: dict[str, str]
     copied_in: str
+
+
+class FamilyDifference(NamedTuple):
+    """Behaviour mmdet_ext depends on that differs between the families: the package, what it
+    is, whether each family (as read) has it, and the code of ours that copes with both."""
+    package: str
+    behaviour: str
+    openmmlab: bool
+    onedl: bool
+    handled_by: str
 
 
 PRIVATE_CALLABLES: dict[str, PrivateCallable] = {
@@ -95,21 +124,63 @@ PRIVATE_ATTRIBUTES: dict[str, str] = {
 }
 
 # SHA-256 of ``inspect.getsource`` of the method itself (under mmdet's ``autocast_box_type``,
-# which wraps without ``functools.wraps``, that is the wrapped method, not the wrapper).
+# which wraps without ``functools.wraps``, that is the wrapped method, not the wrapper). The fork
+# left all four bodies as they were (onedl-mmengine 0.10.12, onedl-mmdetection 3.5.1).
+def _same_in_both(digest: str) -> dict[str, str]:
+    return {family: digest for family in READ_FROM}
+
+
 COPIED_SOURCES: dict[str, CopiedSource] = {
     'mmengine.hooks.CheckpointHook._save_checkpoint_with_step': CopiedSource(
-        'cdbc1b54c7c88d9525ab025a9d51a3d3be6e6e36396c0f1151ecf51281fd3482',
+        _same_in_both('cdbc1b54c7c88d9525ab025a9d51a3d3be6e6e36396c0f1151ecf51281fd3482'),
         'mmdet_ext.engine.hooks.AtomicCheckpointHook._save_checkpoint_with_step'),
     'mmdet.datasets.transforms.Resize.transform': CopiedSource(
-        'f3de4fd27795b13c8057a40e0e4c019bdabd69a950240d806a7ce536f9a70f44',
+        _same_in_both('f3de4fd27795b13c8057a40e0e4c019bdabd69a950240d806a7ce536f9a70f44'),
         'mmdet_ext.transforms.NativeLoadResizeFlip.transform'),
     'mmdet.datasets.transforms.RandomFlip._flip': CopiedSource(
-        '90087eb768fb57f13ac28188b4b0ed8e95908e4ea092364462829f3d21e0b12a',
+        _same_in_both('90087eb768fb57f13ac28188b4b0ed8e95908e4ea092364462829f3d21e0b12a'),
         'mmdet_ext.transforms.NativeLoadResizeFlip._flip_annotations'),
     'mmdet.models.data_preprocessors.DetDataPreprocessor.forward': CopiedSource(
-        'faacb6a74fa6137af0236da464c635279d816c8cd473929f469f0f85edaa3f15',
+        _same_in_both('faacb6a74fa6137af0236da464c635279d816c8cd473929f469f0f85edaa3f15'),
         'mmdet_ext.models.FastDetDataPreprocessor._finish'),
 }
+
+
+FAMILY_DIFFERENCES: dict[str, FamilyDifference] = {
+    'skip_iter_resume': FamilyDifference(
+        'mmengine', 'IterBasedTrainLoop resumes through dataloader_iterator.skip_iter(n)',
+        False, True, 'PrepaidIterator.skip_iter, DevicePrefetcher.skip_iter (OpenMMLab: n next() '
+                     'calls, which both answer as well)'),
+    'fast_forward_on_resume': FamilyDifference(
+        'mmengine', 'IterBasedTrainLoop(fast_forward_on_resume=True) skips nothing on resume',
+        False, True, '_compat.resume_skip_count (ExactResumeHook prepays nothing then; the data '
+                     'continues at the saved position all the same)'),
+    'lazy_loop_iterator': FamilyDifference(
+        'mmengine', '_InfiniteDataloaderIterator makes iter(dataloader) on its first batch',
+        False, True, '_compat.restart_infinite_iterator makes it at once in both families: '
+                     'ResumableBatchSampler reads the data epoch when its iterator is made, '
+                     'before DistSamplerSeedHook resets the sampler epoch'),
+    'bitmap_masks_keep_array': FamilyDifference(
+        'mmdet', 'BitmapMasks(ndarray) holds the array given, not a copy',
+        False, True, '_compat.bitmap_masks_pixels (LazyBitmapMasks.__init__)'),
+    'translate_both': FamilyDifference(
+        'mmdet', "mask translate(direction='both', offset=(dx, dy))",
+        False, True, '_compat.translate_masks (LazyInstanceMasks.translate)'),
+    'polygon_translate_clips_both_axes': FamilyDifference(
+        'mmdet', 'PolygonMasks.translate clips both axes whatever the direction',
+        False, True, "LazyInstanceMasks.translate (the installed PolygonMasks' arithmetic)"),
+    'polygon_rotate_about_centre': FamilyDifference(
+        'mmdet', 'PolygonMasks.rotate(center=None) turns about the centre of out_shape (OpenMMLab: '
+                 'about the origin)',
+        False, True, "LazyInstanceMasks.rotate (the installed PolygonMasks' arithmetic)"),
+}
+
+
+def family_has(difference: str) -> bool:
+    """Whether the installed family has the behaviour ``difference`` (a key of
+    :data:`FAMILY_DIFFERENCES`)."""
+    record = FAMILY_DIFFERENCES[difference]
+    return getattr(record, FAMILY[record.package])
 
 
 # ---- mmcv / mmdet transforms ----------------------------------------------------------------
@@ -134,6 +205,44 @@ def resize_annotations(resize: 'Resize', results: dict) -> None:
 def record_homography(transform: Union['Resize', 'RandomFlip'], results: dict) -> None:
     """Compose ``transform``'s step into ``results['homography_matrix']`` (its private recorder)."""
     transform._record_homography_matrix(results)
+
+
+# ---- mmdet instance masks ------------------------------------------------------------------
+def bitmap_masks_pixels(masks: Union[np.ndarray, list]) -> np.ndarray:
+    """ndarray[N, H, W] that ``BitmapMasks(masks, H, W)`` of the installed mmdet holds: the
+    fork keeps an ndarray as given, OpenMMLab stacks a copy (a list is stacked in both)."""
+    if isinstance(masks, np.ndarray) and family_has('bitmap_masks_keep_array'):
+        return masks
+    return np.stack(masks)
+
+
+def translate_masks(masks: Union[BitmapMasks, PolygonMasks], out_shape: tuple[int, int],
+                    offset: Union[float, tuple[float, float]], direction: str = 'horizontal',
+                    border_value: Any = 0,
+                    interpolation: str = 'bilinear') -> Union[BitmapMasks, PolygonMasks]:
+    """``masks.translate(...)``, with the fork's ``direction='both'`` (``offset`` (dx, dy) in
+    px, or one number for both axes; its ``Mosaic`` uses it) also where the installed mmdet
+    lacks it (OpenMMLab's ``PolygonMasks`` ignores it, its ``BitmapMasks`` refuses it).
+
+    There, polygons move and are clipped axis after axis, the fork's arithmetic exactly;
+    bitmaps move in one warp, as the fork's: two would round the interpolated pixels twice.
+    """
+    if direction != 'both' or family_has('translate_both'):
+        return masks.translate(out_shape, offset, direction, border_value, interpolation)
+    dx, dy = offset if isinstance(offset, (tuple, list)) else (offset, offset)
+    if isinstance(masks, PolygonMasks):
+        return masks.translate(out_shape, dx, 'horizontal', border_value).translate(
+            out_shape, dy, 'vertical', border_value)
+    height, width = out_shape
+    pixels = np.zeros((len(masks), height, width), dtype=masks.masks.dtype)
+    rows, columns = min(height, masks.height), min(width, masks.width)
+    pixels[:, :rows, :columns] = masks.masks[:, :rows, :columns]
+    if len(pixels):
+        moved = cv2.warpAffine(pixels.transpose(1, 2, 0), np.float32([[1, 0, dx], [0, 1, dy]]),
+                               (width, height), borderValue=(border_value,) * 3,
+                               flags=cv2_interp_codes[interpolation])
+        pixels = moved.reshape(height, width, -1).transpose(2, 0, 1).astype(masks.masks.dtype)
+    return BitmapMasks(pixels, height, width)
 
 
 # ---- mmengine checkpoint loading ------------------------------------------------------------
@@ -197,7 +306,8 @@ def restart_infinite_iterator(iterator: Any, epoch: int, batches: Any = None,
 
     Why: ``IterBasedTrainLoop`` builds its ``_InfiniteDataloaderIterator`` -- which calls
     ``iter(dataloader)`` at once -- before any hook runs; after the DataLoader's sampling
-    changes, the iterator has to be made again.
+    changes, the iterator has to be made again. The fork's iterator would make it on its first
+    batch; it is made here all the same (``lazy_loop_iterator`` in :data:`FAMILY_DIFFERENCES`).
     """
     loader = iterator._dataloader
     sampler = getattr(loader.batch_sampler, 'sampler', None) or loader.sampler
@@ -218,6 +328,27 @@ def restart_infinite_iterator(iterator: Any, epoch: int, batches: Any = None,
         batches.skip_next(skip)
     iterator._epoch = epoch
     iterator._iterator = iter(loader)
+
+
+def resume_skip_count(loop: Any) -> int:
+    """How many batches ``IterBasedTrainLoop.run`` passes over before its first batch on resume:
+    ``loop.iter`` (OpenMMLab: that many ``next()`` calls; the fork: one ``skip_iter``), none
+    where the fork's ``fast_forward_on_resume`` is set."""
+    return 0 if getattr(loop, 'fast_forward_on_resume', False) else loop.iter
+
+
+def skip_batches(iterator: Any, count: int) -> None:
+    """Pass over ``count`` batches of ``iterator``: its ``skip_iter`` where it has one (the
+    fork's ``_InfiniteDataloaderIterator`` skips indices without loading them; called before
+    its first batch, as the fork's loop does: it counts from the start of the run), else
+    ``count`` ``next()`` calls."""
+    if count <= 0:
+        return
+    if hasattr(iterator, 'skip_iter'):
+        iterator.skip_iter(count)
+        return
+    for _ in range(count):
+        next(iterator)
 
 
 def discard_dataloader_iterator(loader: Any) -> None:

@@ -1,10 +1,16 @@
-"""Interrupted-then-resumed training repeats the uninterrupted run's losses, in the real Runner."""
+"""Interrupted-then-resumed training repeats the uninterrupted run's losses, in the real Runner,
+with OpenMMLab's resume (the loop replays the done batches with next()) and the fork's (one
+dataloader_iterator.skip_iter(n), or nothing with fast_forward_on_resume)."""
+import itertools
+
 import pytest
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 from helpers.tiny_runner import (LossRecorderHook, assert_iter_based_resume_repeats_the_run,
-                                 read_losses, tiny_runner_kwargs)
+                                 needs_fast_forward_on_resume, read_losses, tiny_runner_kwargs)
+from helpers.resumed_iterators import ids, loop_iterator, uninterrupted_ids
+from mmdet_ext.engine.hooks.exact_resume_hook import PrepaidIterator
 
 
 class SimulatedCrash(Exception):
@@ -69,6 +75,17 @@ def test_iteration_based_resume_in_a_later_data_epoch(tmp_path, save_at,
     still be data epoch 1's."""
     assert_iter_based_resume_repeats_the_run(tmp_path, save_at)
 
+@needs_fast_forward_on_resume
+@pytest.mark.parametrize('save_at', [5, 8, 11],
+                         ids=['mid-first-epoch', 'at-epoch-end', 'mid-second-epoch'])
+def test_fast_forward_on_resume_still_repeats_the_run(tmp_path, save_at,
+                                                      no_dataloader_restart_pause):
+    """The fork's loop then skips nothing; the data continues at the saved position all the
+    same (and no None batch from PrepaidIterator reaches the model)."""
+    assert_iter_based_resume_repeats_the_run(
+        tmp_path, save_at, loop_options=dict(fast_forward_on_resume=True))
+
+
 def test_iteration_based_runs_gather_rng_state_only_for_checkpoints(tmp_path, monkeypatch):
     """The snapshot is a collective in distributed runs: taken when a checkpoint is saved, not
     in every iteration."""
@@ -87,3 +104,26 @@ def test_iteration_based_runs_gather_rng_state_only_for_checkpoints(tmp_path, mo
     assert sorted(p.name for p in tmp_path.glob('iter_*.pth')) == \
         ['iter_3.pth', 'iter_6.pth', 'iter_7.pth']
     assert len(gathers) == 3
+
+
+# ---- the fork's resume protocol: IterBasedTrainLoop.run calls dataloader_iterator.skip_iter(n)
+@pytest.mark.parametrize('resume_at', [3, 6, 8], ids=['mid-epoch', 'epoch-end', 'next-epoch'])
+def test_prepaid_iterator_skip_iter_yields_what_the_run_yields_after_n(
+        resume_at, no_dataloader_restart_pause):
+    """As the fork's loop resumes: one skip_iter(n) over the prepaid batches, then the batches
+    an uninterrupted run draws after n -- none loaded twice, none lost."""
+    iterator, epoch = loop_iterator(resume_at)
+    prepaid = PrepaidIterator(iterator, resume_at)
+    prepaid.skip_iter(resume_at)
+    assert prepaid.prepaid == 0 and prepaid.data_epoch == epoch
+    assert ids(itertools.islice(prepaid, 16 - resume_at)) == uninterrupted_ids()[resume_at:]
+
+
+def test_prepaid_iterator_skip_iter_draws_what_is_not_prepaid(no_dataloader_restart_pause):
+    prepaid = PrepaidIterator(loop_iterator(3)[0], 3)
+    prepaid.skip_iter(5)  # 3 prepaid, then 2 drawn from the resumed position
+    assert ids(itertools.islice(prepaid, 4)) == uninterrupted_ids()[5:9]
+    prepaid = PrepaidIterator(loop_iterator(3)[0], 3)
+    prepaid.skip_iter(1)
+    assert next(prepaid) is None and next(prepaid) is None  # 2 prepaid left, answered by next
+    assert ids(itertools.islice(prepaid, 2)) == uninterrupted_ids()[3:5]

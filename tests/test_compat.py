@@ -1,9 +1,12 @@
 """``mmdet_ext._compat`` against the installed mmengine, mmdet and mmcv.
 
-Every private upstream name the seam records is looked up, its parameters compared with the ones
-read from mmengine 0.10.7 / mmdet 3.3.0 / mmcv 2.1.0, and every upstream method we re-implement is
-hashed; then each wrapper is exercised on real upstream objects. A failure names the upstream
-name, the version it was read from and the code of ours to re-check.
+Whichever family installed them (OpenMMLab's mmengine 0.10.7 / mmdet 3.3.0 / mmcv 2.1.0, or the
+fork's onedl-mmengine 0.10.12 / onedl-mmdetection 3.5.1 / onedl-mmcv 2.3.6): every private
+upstream name the seam records is looked up, its parameters compared with the ones read, every
+upstream method we re-implement is hashed against that family's record, and every behaviour the
+families do differently is measured and compared with the installed family's record; then each
+wrapper is exercised on real upstream objects. A failure names the upstream name, the family and
+version it was read from and the code of ours to re-check.
 """
 import copy
 import hashlib
@@ -21,15 +24,16 @@ import torch
 from mmdet.datasets.samplers import AspectRatioBatchSampler
 from mmdet.datasets.transforms import LoadAnnotations, RandomFlip, Resize
 from mmdet.structures.bbox import HorizontalBoxes
-from mmdet.structures.mask import BitmapMasks
+from mmdet.structures.mask import BitmapMasks, PolygonMasks
 from mmengine.dataset import BaseDataset
 from mmengine.model import BaseModel, ImgDataPreprocessor
-from mmengine.runner import BaseLoop, Runner
+from mmengine.runner import BaseLoop, IterBasedTrainLoop, Runner
 from mmengine.runner.checkpoint import CheckpointLoader
 from mmengine.runner.loops import _InfiniteDataloaderIterator
 from torch.utils.data import DataLoader, SequentialSampler
 
 from mmdet_ext import _compat
+from mmdet_ext._framework import FAMILIES, IMPORT_NAMES, installed_family
 from mmdet_ext.structures import LazyInstanceMasks
 from mmdet_ext.transforms import LoadLazyAnnotations
 
@@ -41,9 +45,9 @@ def changed(name: str, what: str, recheck: str) -> str:
     """The failure message: what changed, where we read it, what to re-check."""
     package = name.split('.')[0]
     return (f'{name} {what}. mmdet_ext/_compat.py read it from {package} '
-            f'{_compat.UPSTREAM_VERSIONS[package]}; installed is {package} '
-            f'{INSTALLED[package]}. Re-check {recheck} against the new upstream source, then '
-            'update the record in mmdet_ext/_compat.py.')
+            f'{_compat.UPSTREAM_VERSIONS[package]} ({_compat.FAMILY[package]}); installed is '
+            f'{package} {INSTALLED[package]}. Re-check {recheck} against the new upstream '
+            'source, then update the record in mmdet_ext/_compat.py.')
 
 
 def resolve(name: str) -> Any:
@@ -91,9 +95,24 @@ def test_reimplemented_method_is_unchanged_upstream(name: str) -> None:
     except AttributeError:
         pytest.fail(changed(name, 'no longer exists', record.copied_in))
     digest = hashlib.sha256(inspect.getsource(func).encode()).hexdigest()
-    assert digest == record.sha256, changed(
-        name, f'has a new body (source SHA-256 {digest}, recorded {record.sha256})',
+    recorded = record.sha256[_compat.FAMILY[name.split('.')[0]]]
+    assert digest == recorded, changed(
+        name, f'has a new body (source SHA-256 {digest}, recorded {recorded})',
         f'our copy in {record.copied_in}')
+
+
+def test_every_record_is_read_in_both_families() -> None:
+    assert set(_compat.READ_FROM) == set(FAMILIES)
+    for name, record in _compat.COPIED_SOURCES.items():
+        assert set(record.sha256) == set(FAMILIES), name
+    for name, record in _compat.FAMILY_DIFFERENCES.items():
+        assert record.package in _compat.READ_FROM['openmmlab'], name
+        assert record.openmmlab != record.onedl, f'{name}: not a difference'
+
+
+def test_family_is_the_installed_distributions() -> None:
+    for name in IMPORT_NAMES:
+        assert _compat.FAMILY[name] == (installed_family(name) or 'openmmlab'), name
 
 
 class TinyModel(BaseModel):
@@ -299,3 +318,156 @@ def test_load_annotations_still_dispatches_to_load_masks() -> None:
         'mmdet.datasets.transforms.LoadAnnotations._load_masks', 'is no longer called by '
         'LoadAnnotations.transform', 'LoadLazyAnnotations._load_masks')
     assert LoadAnnotations._load_masks is not LoadLazyAnnotations._load_masks
+
+
+# ---- what the families do differently: measured, against the installed family's record ------
+class CallRecorder:
+    """Wraps a loop's real ``dataloader_iterator`` and notes how the loop passes over batches."""
+
+    def __init__(self, iterator: Any) -> None:
+        self.iterator, self.calls = iterator, []
+
+    def __next__(self) -> Any:
+        self.calls.append('next')
+        return next(self.iterator)
+
+    def skip_iter(self, num_iters: int) -> None:
+        self.calls.append(f'skip_iter({num_iters})')
+
+
+NO_HOOKS = {name: None for name in ('runtime_info', 'timer', 'sampler_seed', 'logger',
+                                     'param_scheduler', 'checkpoint')}
+
+
+def resume_calls(make_runner, **loop_options) -> list:
+    """How a real ``IterBasedTrainLoop`` at iteration 3 of 3 passes over the done batches."""
+    runner = make_runner(train_cfg=dict(type='IterBasedTrainLoop', max_iters=3, **loop_options),
+                         default_hooks=NO_HOOKS)
+    loop = runner.train_loop
+    loop._iter = 3
+    recorder = loop.dataloader_iterator = CallRecorder(loop.dataloader_iterator)
+    loop.run()
+    return recorder.calls
+
+
+def resumes_through_skip_iter(make_runner) -> bool:
+    calls = resume_calls(make_runner)
+    assert calls in (['next'] * 3, ['skip_iter(3)']), calls
+    return calls == ['skip_iter(3)']
+
+
+def fast_forward_skips_nothing(make_runner) -> bool:
+    if 'fast_forward_on_resume' not in inspect.signature(IterBasedTrainLoop).parameters:
+        return False
+    return resume_calls(make_runner, fast_forward_on_resume=True) == []
+
+
+def loop_iterator_is_lazy(make_runner) -> bool:
+    return _InfiniteDataloaderIterator(DataLoader([0]))._iterator is None
+
+
+def bitmap_masks_keep_the_array(make_runner) -> bool:
+    pixels = np.zeros((2, 3, 4), np.uint8)
+    return BitmapMasks(pixels, 3, 4).masks is pixels
+
+
+def translate_takes_both(make_runner) -> bool:
+    pixels = np.zeros((1, 6, 7), np.uint8)
+    pixels[0, 1, 1] = 1
+    try:
+        moved = BitmapMasks(pixels, 6, 7).translate((6, 7), (2, 3), 'both').masks
+    except AssertionError:  # mmcv.imtranslate: horizontal or vertical only
+        return False
+    return bool(moved[0, 4, 3]) and moved.sum() == 1
+
+
+def polygon_translate_clips_both_axes(make_runner) -> bool:
+    outside_below = PolygonMasks([[np.array([1.0, 1.0, 3.0, 9.0, 1.0, 9.0])]], 6, 7)
+    return outside_below.translate((6, 7), 1, 'horizontal').masks[0][0][3] == 6.0
+
+
+def polygon_rotate_turns_about_the_centre(make_runner) -> bool:
+    point = PolygonMasks([[np.array([1.0, 1.0, 2.0, 1.0, 1.0, 2.0])]], 11, 21)
+    rotated = point.rotate((11, 21), 180, center=None).masks[0][0]
+    return np.allclose(rotated[:2], [19.0, 9.0])  # about ((21 - 1) / 2, (11 - 1) / 2)
+
+
+PROBES = {'skip_iter_resume': resumes_through_skip_iter,
+          'fast_forward_on_resume': fast_forward_skips_nothing,
+          'lazy_loop_iterator': loop_iterator_is_lazy,
+          'bitmap_masks_keep_array': bitmap_masks_keep_the_array,
+          'translate_both': translate_takes_both,
+          'polygon_translate_clips_both_axes': polygon_translate_clips_both_axes,
+          'polygon_rotate_about_centre': polygon_rotate_turns_about_the_centre}
+
+
+def test_every_family_difference_has_a_probe() -> None:
+    assert sorted(PROBES) == sorted(_compat.FAMILY_DIFFERENCES)
+
+
+@pytest.mark.parametrize('name', sorted(_compat.FAMILY_DIFFERENCES))
+def test_family_difference_is_as_recorded_for_the_installed_family(name: str, make_runner,
+                                                                    no_dataloader_restart_pause
+                                                                    ) -> None:
+    record = _compat.FAMILY_DIFFERENCES[name]
+    measured = PROBES[name](make_runner)
+    assert measured == _compat.family_has(name), changed(
+        f'{record.package}: {record.behaviour}', f'is {measured} for the installed package, '
+        f'recorded {_compat.family_has(name)} for its family', record.handled_by)
+
+
+def test_resume_skip_count_is_what_the_loop_passes_over(make_runner) -> None:
+    runner = make_runner(train_cfg=dict(type='IterBasedTrainLoop', max_iters=3))
+    runner.train_loop._iter = 3
+    assert _compat.resume_skip_count(runner.train_loop) == 3
+    if _compat.family_has('fast_forward_on_resume'):
+        runner = make_runner(train_cfg=dict(type='IterBasedTrainLoop', max_iters=3,
+                                            fast_forward_on_resume=True))
+        runner.train_loop._iter = 3
+        assert _compat.resume_skip_count(runner.train_loop) == 0
+
+
+def test_skip_batches_uses_skip_iter_where_there_is_one() -> None:
+    numbers = iter(range(10))
+    _compat.skip_batches(numbers, 3)
+    assert next(numbers) == 3
+    recorder = CallRecorder(iter(range(10)))
+    _compat.skip_batches(recorder, 4)
+    _compat.skip_batches(recorder, 0)
+    assert recorder.calls == ['skip_iter(4)']
+
+
+@pytest.mark.parametrize('offset', [(2, 3), (-3, 5), (9, -1), (0, 0), 4], ids=repr)
+def test_translate_both_moves_and_clips_both_axes(offset) -> None:
+    """The fork's ``translate(direction='both')`` (its Mosaic passes whole pixels), in either
+    family: polygon points moved by (dx, dy) and clipped to the new size, bitmaps shifted with
+    zeros coming in (``BitmapMasks`` first crops or zero-pads to the new size at the top left)."""
+    dx, dy = offset if isinstance(offset, tuple) else (offset, offset)
+    rng = np.random.default_rng([dx + 20, dy + 20])
+    parts = [rng.uniform(-2, 14, 8) for _ in range(3)]
+    moved = _compat.translate_masks(PolygonMasks([[p] for p in parts], 12, 10), (13, 9),
+                                    offset, 'both')
+    assert type(moved) is PolygonMasks and (moved.height, moved.width) == (13, 9)
+    for (ours,), part in zip(moved.masks, parts):
+        np.testing.assert_array_equal(ours[0::2], np.clip(part[0::2] + dx, 0, 9))
+        np.testing.assert_array_equal(ours[1::2], np.clip(part[1::2] + dy, 0, 13))
+
+    pixels = (rng.random((3, 12, 10)) > 0.6).astype(np.uint8)
+    canvas = np.zeros((3, 13, 9), np.uint8)
+    canvas[:, :12, :9] = pixels[:, :, :9]
+    expected = np.zeros_like(canvas)
+    expected[:, max(dy, 0):13 + min(dy, 0), max(dx, 0):9 + min(dx, 0)] = \
+        canvas[:, max(-dy, 0):13 - max(dy, 0), max(-dx, 0):9 - max(dx, 0)]
+    moved = _compat.translate_masks(BitmapMasks(pixels, 12, 10), (13, 9), offset, 'both')
+    assert type(moved) is BitmapMasks and (moved.height, moved.width) == (13, 9)
+    np.testing.assert_array_equal(moved.masks, expected)
+
+
+def test_bitmap_masks_pixels_are_what_bitmap_masks_holds() -> None:
+    pixels = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+    held = BitmapMasks(pixels, 3, 4).masks
+    ours = _compat.bitmap_masks_pixels(pixels)
+    np.testing.assert_array_equal(ours, held)
+    assert (ours is pixels) == (held is pixels)
+    listed = _compat.bitmap_masks_pixels(list(pixels))
+    assert listed is not pixels and np.array_equal(listed, pixels)

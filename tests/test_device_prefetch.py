@@ -2,12 +2,15 @@
 in for the GPU: which copy each step waits for, look-ahead across data epochs, and a resumed
 iteration-based run with prefetching that repeats the uninterrupted losses (real Runner).
 The copies on a real GPU: tests/test_cuda_kernels.py."""
+import itertools
 import logging
 
 import pytest
 import torch
 
-from helpers.tiny_runner import assert_iter_based_resume_repeats_the_run
+from helpers.resumed_iterators import ids, loop_iterator, uninterrupted_ids
+from helpers.tiny_runner import (assert_iter_based_resume_repeats_the_run,
+                                 needs_fast_forward_on_resume)
 from mmdet_ext.engine import DevicePrefetcher, DevicePrefetchHook, RecordingStreams
 from mmdet_ext.engine.hooks.exact_resume_hook import PrepaidIterator
 from mmdet_ext.ops import deferred_pixels_device, has_kernel
@@ -97,11 +100,59 @@ def test_cpu_only_build_keeps_deferred_pixels_on_the_cpu():
     assert not isinstance(FakeRunner.train_loop.dataloader_iterator, DevicePrefetcher)
 
 
+@pytest.mark.parametrize('fast_forward', [
+    pytest.param(False, id='resume-skips'),
+    pytest.param(True, id='fast-forward', marks=needs_fast_forward_on_resume)])
 @pytest.mark.parametrize('save_at', [8, 11], ids=['at-epoch-end', 'mid-second-epoch'])
-def test_resume_with_prefetch_repeats_the_uninterrupted_losses(tmp_path, save_at,
+def test_resume_with_prefetch_repeats_the_uninterrupted_losses(tmp_path, save_at, fast_forward,
                                                                no_dataloader_restart_pause):
     """Saved where the look-ahead has already drawn the next data epoch's first batch (8), and
     in the second data epoch (11); resumed with prefetching (the data position counts the
     batch trained on, and the resumed run's skipped iterations are None batches)."""
+    loop_options = dict(fast_forward_on_resume=True) if fast_forward else None
     assert_iter_based_resume_repeats_the_run(
-        tmp_path, save_at, hooks=[DevicePrefetchHook(streams=RecordingStreams())])
+        tmp_path, save_at, hooks=[DevicePrefetchHook(streams=RecordingStreams())],
+        loop_options=loop_options)
+
+
+# ---- the fork's resume: IterBasedTrainLoop.run calls dataloader_iterator.skip_iter(n) --------
+@pytest.mark.parametrize('resume_at', [3, 6, 8], ids=['mid-epoch', 'epoch-end', 'next-epoch'])
+def test_skip_iter_before_the_first_batch_is_the_wrapped_iterators(resume_at,
+                                                                   no_dataloader_restart_pause):
+    """ExactResumeHook's prepaid batches under the prefetcher, skipped as the fork's loop does:
+    then the batches the uninterrupted run draws after them, and their data epochs."""
+    iterator, epoch = loop_iterator(resume_at)
+    prefetcher = DevicePrefetcher(PrepaidIterator(iterator, resume_at), RecordingStreams())
+    prefetcher.skip_iter(resume_at)
+    assert prefetcher.data_epoch == epoch
+    got = [(batch.tolist(), prefetcher.data_epoch)
+           for batch in itertools.islice(prefetcher, 16 - resume_at)]
+    assert got == [(batch, (resume_at + k) // 6)
+                   for k, batch in enumerate(uninterrupted_ids()[resume_at:])]
+
+
+def test_skip_iter_after_batches_drops_the_look_ahead_first(no_dataloader_restart_pause):
+    prefetcher = DevicePrefetcher(PrepaidIterator(loop_iterator()[0], 0), RecordingStreams())
+    assert ids(itertools.islice(prefetcher, 2)) == uninterrupted_ids()[:2]  # batch 2 drawn ahead
+    prefetcher.skip_iter(5)  # batches 2-6: the look-ahead, then 4 from the source
+    assert prefetcher.data_epoch == 1  # of batch 6, the last one passed over
+    assert ids(itertools.islice(prefetcher, 3)) == uninterrupted_ids()[7:10]
+
+
+def test_skip_iter_waits_for_the_copy_it_drops():
+    streams, batches = RecordingStreams(), _deferred_batches(5)
+    prefetcher = DevicePrefetcher(iter(batches), streams)
+    next(prefetcher)
+    prefetcher.skip_iter(2)  # copy 1 was under way: the compute stream waits for it
+    assert ('wait', 'compute', 'copy 0', 'copy 1') in streams.log
+    assert torch.equal(next(prefetcher)['inputs'], batches[3]['inputs'])
+    prefetcher.skip_iter(0)
+    assert torch.equal(next(prefetcher)['inputs'], batches[4]['inputs'])
+    prefetcher.skip_iter(3)  # past the end: nothing left, and no error
+    assert list(prefetcher) == []
+
+
+def test_skip_iter_without_streams_is_the_sources():
+    prefetcher = DevicePrefetcher(PrepaidIterator(iter(range(10)), 2), None)
+    prefetcher.skip_iter(4)  # 2 prepaid, then 2 drawn
+    assert list(prefetcher) == list(range(2, 10))

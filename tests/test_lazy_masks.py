@@ -8,8 +8,9 @@ import torch
 from mmdet.datasets.transforms import LoadAnnotations, PackDetInputs, Pad, RandomFlip, Resize
 from mmdet.structures.mask import BitmapMasks, PolygonMasks
 
+from mmdet_ext._compat import family_has
 from mmdet_ext.datasets import LazyCocoDataset
-from mmdet_ext.structures import LazyInstanceMasks, RasterSource
+from mmdet_ext.structures import LazyBitmapMasks, LazyInstanceMasks, RasterSource
 from mmdet_ext.transforms import LoadLazyAnnotations
 
 CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
@@ -68,23 +69,64 @@ OPS = [
 ]
 
 
-@pytest.mark.parametrize('name, args, kwargs', OPS, ids=[op[0] for op in OPS])
-def test_each_op_equals_mmdet_on_the_rasterised_output(toy_coco_root, name, args, kwargs):
-    for info in list(_samples(toy_coco_root))[:6]:
+def assert_op_equals_mmdet(root, op) -> None:
+    """``op`` (a function of masks) on lazy masks of 6 toy samples gives, pixel for pixel, what
+    it gives on mmdet's PolygonMasks (polygon instances) and BitmapMasks (RLE instances)."""
+    for info in list(_samples(root))[:6]:
         lazy = _loaded(info)['gt_masks']
         polygon_rows, raster_rows = _split(lazy)
-        out = getattr(lazy, name)(*args, **kwargs)
+        out = op(lazy)
         pixels = out.to_ndarray()
         if polygon_rows:
             polygons = PolygonMasks([lazy.items[i] for i in polygon_rows], lazy.height, lazy.width)
-            expected = getattr(polygons, name)(*args, **kwargs)
+            expected = op(polygons)
             assert (out.height, out.width) == (expected.height, expected.width)
             np.testing.assert_array_equal(pixels[polygon_rows], expected.to_ndarray())
         if raster_rows:
             bitmaps = BitmapMasks(np.stack([lazy.items[i].bitmap() for i in raster_rows]),
                                   lazy.height, lazy.width)
-            expected = getattr(bitmaps, name)(*args, **kwargs)
-            np.testing.assert_array_equal(pixels[raster_rows], expected.to_ndarray())
+            np.testing.assert_array_equal(pixels[raster_rows], op(bitmaps).to_ndarray())
+
+
+@pytest.mark.parametrize('name, args, kwargs', OPS, ids=[op[0] for op in OPS])
+def test_each_op_equals_mmdet_on_the_rasterised_output(toy_coco_root, name, args, kwargs):
+    assert_op_equals_mmdet(toy_coco_root, lambda masks: getattr(masks, name)(*args, **kwargs))
+
+
+@pytest.mark.parametrize('offset', [(17, -9), (-30, 25), 12, (400, 3)], ids=repr)
+def test_translate_both_is_the_forks(toy_coco_root, offset):
+    """The fork's Mosaic moves masks with ``translate(direction='both', offset=(dx, dy))`` (whole
+    pixels). The reference: the installed classes' own 'both' where they have it (the fork),
+    else OpenMMLab's translate axis after axis -- for whole pixels the fork's arithmetic
+    exactly (tests/test_compat.py), which its 'both' does not otherwise have."""
+    out_shape = (260, 300)
+    dx, dy = offset if isinstance(offset, tuple) else (offset, offset)
+
+    def reference(masks):
+        if isinstance(masks, LazyInstanceMasks) or family_has('translate_both'):
+            return masks.translate(out_shape, offset, direction='both')
+        return masks.translate(out_shape, dx, 'horizontal').translate(out_shape, dy, 'vertical')
+
+    assert_op_equals_mmdet(toy_coco_root, reference)
+
+
+@pytest.mark.skipif(not family_has('translate_both'),
+                    reason="OpenMMLab's mask classes have no translate(direction='both') to "
+                           "compare fractional offsets with (the fork's: tools/compat/fork.sh)")
+def test_translate_both_by_fractions_is_the_forks(toy_coco_root):
+    assert_op_equals_mmdet(toy_coco_root, lambda masks: masks.translate(
+        (250, 310), (7.4, -3.6), direction='both'))
+
+
+def test_bitmap_flavour_built_from_an_array_holds_it_as_bitmap_masks_does():
+    """The fork's BitmapMasks keeps an ndarray as given (OpenMMLab's copies): ours the same."""
+    pixels = np.zeros((2, 8, 9), np.uint8)
+    ours, theirs = LazyBitmapMasks(pixels, 8, 9), BitmapMasks(pixels, 8, 9)
+    assert (ours.masks is pixels) == (theirs.masks is pixels)
+    assert (ours.masks is pixels) == family_has('bitmap_masks_keep_array')
+    pixels[0, 1, 2] = 1
+    np.testing.assert_array_equal(ours.to_ndarray(), theirs.to_ndarray())
+    np.testing.assert_array_equal(ours[[0]].to_ndarray(), theirs[[0]].to_ndarray())
 
 
 def test_crop_and_resize_equals_mmdet(toy_coco_root):

@@ -10,7 +10,7 @@ polygons straight into the 28x28 crops and reads only the runs of an RLE inside 
 native call per mask kind per image, never the full image.
 """
 from functools import partial
-from typing import Sequence, Union
+from typing import Callable, Sequence, Union
 
 import mmcv
 import numpy as np
@@ -18,11 +18,12 @@ import torch
 from mmdet.structures.bbox import HorizontalBoxes, get_box_type
 from mmdet.structures.mask import BaseInstanceMasks, BitmapMasks, PolygonMasks
 
+from .._compat import bitmap_masks_pixels, translate_masks
 from ..ops import (has_kernel, pack_counts, pack_polygons, polygons_crop_and_resize,
                    polygons_to_masks, rle_area, rle_crop_and_resize, rle_decode_batch,
                    rle_from_polygons, rle_to_bbox, rle_to_string)
 from .polygon_raster import rasterize_polygons
-from .raster_source import RasterSource
+from .raster_source import RasterSource, apply_mask_op
 
 Polygon = list  # list[np.ndarray]: the parts of one instance, each [x0, y0, x1, y1, ...]
 Item = Union[Polygon, RasterSource]
@@ -133,18 +134,20 @@ class LazyInstanceMasks(BaseInstanceMasks):
         return [i for i, item in enumerate(self.items) if not isinstance(item, RasterSource)]
 
     # -- geometry: polygons through PolygonMasks, rasters recorded ---------------------------
-    def _map(self, name: str, out_shape: tuple, *args, **kwargs) -> 'LazyInstanceMasks':
-        """Apply ``PolygonMasks.<name>`` to every polygon and record it for every raster."""
+    def _map(self, op: Union[str, Callable], out_shape: tuple, *args,
+             **kwargs) -> 'LazyInstanceMasks':
+        """Apply ``op`` -- a mask method's name, or a function of (masks, *args) -- to every
+        polygon as ``PolygonMasks`` and record it for every raster."""
         polygon_rows = self._polygon_rows()
         items = list(self.items)
         if polygon_rows:
             polygons = PolygonMasks([items[i] for i in polygon_rows], self.height, self.width)
-            result = getattr(polygons, name)(*args, **kwargs)
+            result = apply_mask_op(polygons, op, args, kwargs)
             for row, polygon in zip(polygon_rows, result.masks):
                 items[row] = polygon
         for i, item in enumerate(items):
             if isinstance(item, RasterSource):
-                items[i] = item.then(name, *args, **kwargs)
+                items[i] = item.then(op, *args, **kwargs)
         return self._wrap(items, *out_shape)
 
     def rescale(self, scale, interpolation: str = 'nearest') -> 'LazyInstanceMasks':
@@ -174,11 +177,13 @@ class LazyInstanceMasks(BaseInstanceMasks):
 
     def translate(self, out_shape, offset, direction='horizontal', border_value=None,
                   interpolation=None) -> 'LazyInstanceMasks':
+        """Move by ``offset`` px along ``direction``: 'horizontal', 'vertical', or the fork's
+        'both' with ``offset`` (dx, dy) -- in either family (``_compat.translate_masks``)."""
         # PolygonMasks defaults both to None (border must be None/0, interpolation is unused);
         # BitmapMasks needs real values, with these defaults.
         border_value = 0 if border_value is None else border_value
         interpolation = 'bilinear' if interpolation is None else interpolation
-        return self._map('translate', tuple(out_shape), tuple(out_shape), offset, direction,
+        return self._map(translate_masks, tuple(out_shape), tuple(out_shape), offset, direction,
                          border_value, interpolation)
 
     def shear(self, out_shape, magnitude, direction='horizontal', border_value=0,
@@ -365,7 +370,8 @@ class LazyBitmapMasks(LazyInstanceMasks, BitmapMasks):
             super().__init__(items, height, width)
             return
         self.height, self.width = int(height), int(width)
-        pixels = np.stack(items) if len(items) else np.empty((0, height, width), np.uint8)
+        pixels = bitmap_masks_pixels(items) if len(items) else np.empty((0, height, width),
+                                                                        np.uint8)
         if pixels.shape[1:] != (self.height, self.width):
             raise MaskInputError(f'LazyBitmapMasks: masks of shape {pixels.shape[1:]} given '
                                  f'for height={height}, width={width}')

@@ -5,7 +5,7 @@ replays them through mmdet's ``BitmapMasks``, so the pixels are exactly what mmd
 had it decoded the mask eagerly, and nothing is decoded for samples nobody looks at.
 """
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Union
 
 import numpy as np
 import torch
@@ -21,7 +21,8 @@ class RasterSource:
         kind: 'rle' (``data`` = COCO compressed counts), 'png' (``data`` = file path) or
             'bitmap' (``data`` = ndarray[H, W] uint8, already final).
         height, width: size of the source in pixels.
-        ops: pending ``BitmapMasks`` method calls, as (name, args, kwargs).
+        ops: pending operations on a ``BitmapMasks``, as (op, args, kwargs); ``op`` is a
+            method name or a function of (masks, *args) (``apply_mask_op``).
     """
 
     kind: str
@@ -30,9 +31,9 @@ class RasterSource:
     width: int
     ops: tuple = field(default_factory=tuple)
 
-    def then(self, name: str, *args, **kwargs) -> 'RasterSource':
+    def then(self, op: Union[str, Callable], *args, **kwargs) -> 'RasterSource':
         return RasterSource(self.kind, self.data, self.height, self.width,
-                            self.ops + ((name, args, kwargs),))
+                            self.ops + ((op, args, kwargs),))
 
     @property
     def is_plain_rle(self) -> bool:
@@ -63,8 +64,8 @@ class RasterSource:
     def bitmaps(self) -> BitmapMasks:
         """The mask after every pending operation, as a one-instance ``BitmapMasks``."""
         masks = BitmapMasks(self._decode()[None], self.height, self.width)
-        for name, args, kwargs in self.ops:
-            masks = getattr(masks, name)(*args, **kwargs)
+        for op, args, kwargs in self.ops:
+            masks = apply_mask_op(masks, op, args, kwargs)
         return masks
 
     def bitmap(self) -> np.ndarray:
@@ -74,3 +75,11 @@ class RasterSource:
     def from_bitmap(bitmap: np.ndarray) -> 'RasterSource':
         """A final bitmap (ndarray[H, W] uint8) with nothing left to apply."""
         return RasterSource('bitmap', bitmap, bitmap.shape[0], bitmap.shape[1])
+
+
+def apply_mask_op(masks: Any, op: Union[str, Callable], args: tuple, kwargs: dict) -> Any:
+    """``masks.<op>(*args, **kwargs)`` for a method name, ``op(masks, *args, **kwargs)`` for a
+    function (a geometric operation the installed mmdet's classes lack, from ``_compat``)."""
+    if isinstance(op, str):
+        return getattr(masks, op)(*args, **kwargs)
+    return op(masks, *args, **kwargs)

@@ -6,7 +6,7 @@ from typing import Any, NamedTuple, Optional
 import torch
 from mmengine.hooks import Hook
 
-from ..._compat import data_epoch
+from ..._compat import data_epoch, skip_batches
 from ...ops import deferred_pixels_device
 from ...registry import HOOKS
 from ...transforms.fused_loading import PENDING_WARP_KEY
@@ -34,7 +34,9 @@ class DevicePrefetcher:
     dicts are copied, not modified. ``streams`` None: no look-ahead, no copies.
 
     ``data_epoch`` is the data epoch of the batch handed out last (``_compat.data_epoch``):
-    the look-ahead has drawn one batch further, possibly into the next epoch.
+    the look-ahead has drawn one batch further, possibly into the next epoch. ``skip_iter(n)``
+    (the fork's ``IterBasedTrainLoop`` resumes through it) passes over the next n batches, the
+    look-ahead first, without copying them.
     """
 
     def __init__(self, iterator: Iterator, streams: Optional[DeviceStreams]) -> None:
@@ -60,6 +62,19 @@ class DevicePrefetcher:
         self._pending = self._start(self._pull())
         self.data_epoch = current.data_epoch
         return self._ready(current)
+
+    def skip_iter(self, num_iters: int) -> None:
+        """Pass over the next ``num_iters`` batches: the one already drawn ahead (its copy is
+        waited for, then dropped), then the source's (``_compat.skip_batches``)."""
+        if num_iters <= 0 or self._pending is _END:
+            return
+        if self._pending is not None:
+            self._ready(self._pending)  # its buffer is freed once the copy has run
+            self.data_epoch = self._pending.data_epoch
+            self._pending, num_iters = None, num_iters - 1
+        if num_iters > 0:
+            skip_batches(self._iterator, num_iters)
+            self.data_epoch = data_epoch(self._iterator)
 
     def _pull(self) -> Any:
         try:

@@ -6,7 +6,8 @@ from mmengine.dist import all_gather_object
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.runner import IterBasedTrainLoop
 
-from ..._compat import data_epoch, restart_infinite_iterator, runner_resume_requested
+from ..._compat import (data_epoch, restart_infinite_iterator, resume_skip_count,
+                        runner_resume_requested)
 from ...datasets.sample_seeds import (ResumableBatchSampler, index_sampler,
                                       install_resumable_loading)
 from ...registry import HOOKS
@@ -16,11 +17,13 @@ CHECKPOINT_KEY = 'mmdet_ext_resume_state'
 
 
 class PrepaidIterator:
-    """Answers the first ``prepaid`` ``next()`` calls with None, then is ``iterator``.
+    """Answers the first ``prepaid`` ``next()`` calls with None, then is ``iterator``;
+    ``skip_iter(n)`` passes over n batches, the prepaid ones first.
 
-    Why: ``IterBasedTrainLoop.run`` calls ``next(dataloader_iterator)`` once per iteration
-    already done, loading and throwing away every one of those batches; the DataLoader here
-    already starts at the right batch, so those calls must cost nothing.
+    Why: on resume, ``IterBasedTrainLoop.run`` passes over every iteration already done --
+    OpenMMLab's by one ``next(dataloader_iterator)`` each, loading and throwing away every one
+    of those batches, the fork's by one ``dataloader_iterator.skip_iter(n)``; the DataLoader
+    here already starts at the right batch, so either must cost nothing.
     """
 
     def __init__(self, iterator: Any, prepaid: int) -> None:
@@ -35,6 +38,16 @@ class PrepaidIterator:
             self.prepaid -= 1
             return None
         return next(self.iterator)
+
+    def skip_iter(self, num_iters: int) -> None:
+        """Pass over the next ``num_iters`` batches (the fork's loop asks for the prepaid ones,
+        once, on resume): the prepaid ones cost nothing; any beyond them are drawn from
+        ``iterator`` and dropped. Not ``iterator.skip_iter``: the fork's counts from the start
+        of the run, and ``iterator`` already stands at the resumed position."""
+        paid = min(self.prepaid, max(num_iters, 0))
+        self.prepaid -= paid
+        for _ in range(num_iters - paid):
+            next(self.iterator)
 
     @property
     def data_epoch(self) -> int:
@@ -204,8 +217,12 @@ class ExactResumeHook(Hook):
         epoch, batches = (position['epoch'], position['batches']) if position else (0, 0)
         self._position = [epoch, batches]
         restart_infinite_iterator(loop.dataloader_iterator, epoch, self._batches, batches)
-        if loop.iter > 0:
-            loop.dataloader_iterator = PrepaidIterator(loop.dataloader_iterator, loop.iter)
-            runner.logger.info(f'ExactResumeHook: data continues at batch {batches + 1} of data '
-                               f'epoch {epoch}; mmengine\'s replay of {loop.iter} batches is '
-                               'answered without loading them')
+        if loop.iter == 0:
+            return
+        prepaid = resume_skip_count(loop)
+        if prepaid > 0:
+            loop.dataloader_iterator = PrepaidIterator(loop.dataloader_iterator, prepaid)
+        runner.logger.info(
+            f'ExactResumeHook: data continues at batch {batches + 1} of data epoch {epoch}; '
+            + (f'mmengine\'s skip of {prepaid} batches is answered without loading them'
+               if prepaid else 'fast_forward_on_resume is set, and this costs nothing'))

@@ -79,9 +79,10 @@ class WorkerDefaultsHook(Hook):
                 self.apply(loader, name)
                 iterator = getattr(loop, 'dataloader_iterator', None)
                 if iterator is not None:
-                    # IterBasedTrainLoop made its iterator -- and started its workers -- when
-                    # it was built, before any hook ran: made again, the first data epoch has
-                    # these settings too.
+                    # OpenMMLab's IterBasedTrainLoop made its iterator -- and started its
+                    # workers -- when it was built, before any hook ran (the fork's makes it
+                    # on its first batch): made again, the first data epoch has these
+                    # settings too.
                     discard_dataloader_iterator(loader)
                     restart_infinite_iterator(iterator, infinite_iterator_epoch(iterator))
 
