@@ -122,13 +122,15 @@ print(json.dumps({
 
 def test_wheel_in_a_clean_venv_imports_and_runs(built, tmp_path, toy_coco_root):
     env_dir = tmp_path / 'venv'
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    venv.EnvBuilder(with_pip=False).create(env_dir)
     python = env_dir / 'bin' / 'python'
-    # When the suite itself runs in a venv (tools/compat/), the new one sees only the base
-    # interpreter's packages through system_site_packages: add the running environment's too.
+    # The new venv sees the running environment's packages, and only those: the base
+    # interpreter's (system_site_packages) would add a second framework family when the suite
+    # runs in a venv of its own (tools/compat/). addsitedir also runs their .pth files, as
+    # system_site_packages would.
     site_dir = env_dir / 'lib' / f'python{sys.version_info[0]}.{sys.version_info[1]}'
     (site_dir / 'site-packages' / 'running_environment.pth').write_text(
-        '\n'.join(getsitepackages()) + '\n')
+        f'import site; list(map(site.addsitedir, {getsitepackages()!r}))\n')
     install = subprocess.run(
         [str(python), '-m', 'pip', 'install', '--no-index', '--no-deps', '--quiet',
          '--disable-pip-version-check', str(built['wheel'])],
