@@ -94,6 +94,7 @@ from packaging.requirements import Requirement
 import torch
 import mmdet_ext
 from mmdet_ext import _C
+from mmdet_ext._framework import installed_family
 from mmdet_ext.info import collect_env
 from mmengine.config import Config
 from mmdet.registry import DATASETS
@@ -101,7 +102,7 @@ from mmengine.registry import DefaultScope
 
 # The hard requirements and the extra of the family installed here.
 unmet = [str(r) for r in map(Requirement, importlib.metadata.requires('mmdet_ext'))
-         if (r.marker is None or r.marker.evaluate({'extra': 'openmmlab'}))
+         if (r.marker is None or r.marker.evaluate({'extra': installed_family('mmdet')}))
          and not r.specifier.contains(importlib.metadata.version(r.name), prereleases=True)]
 mask = torch.zeros(4, 5, dtype=torch.uint8)
 mask[1:3, 2:4] = 1
