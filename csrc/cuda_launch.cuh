@@ -13,10 +13,11 @@ namespace mmdet_ext::cuda {
 // Threads per block: one block per box or instance walks its polygon edges and columns.
 constexpr int kThreadsPerBlock = 128;
 
-// Blocks for an elementwise grid-stride loop over `n` items (capped: the loop covers the rest).
-inline int blocks_for(int64_t n) {
-  const int64_t blocks = (n + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+// Blocks for a grid-stride loop over `n` rows, one row per block at a time (capped: the loop
+// covers the rest). The kernels find a row's indices with a few 64-bit divisions per row, then
+// its threads walk the row's columns: no division per element.
+inline int blocks_for_rows(int64_t n) {
+  return static_cast<int>(n < 65535 ? (n > 0 ? n : 1) : 65535);
 }
 
 // `values` on `device`, staged in pinned host memory and copied without blocking the host. A
@@ -30,6 +31,15 @@ at::Tensor to_device(const std::vector<T>& values, const at::Device& device) {
       at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value).pinned_memory(true));
   std::copy(values.begin(), values.end(), staged.mutable_data_ptr<T>());
   return staged.to(device, /*non_blocking=*/true);
+}
+
+// `values` on `device`: as they are when already there, else through pinned host memory as
+// above (a tensor on another GPU is read back first, which waits for its stream).
+inline at::Tensor to_device(const at::Tensor& values, const at::Device& device) {
+  if (values.device() == device) {
+    return values.contiguous();
+  }
+  return values.cpu().contiguous().pin_memory().to(device, /*non_blocking=*/true);
 }
 
 // The CUDA kernels take their pixel data (`data`) and boxes on one GPU; index tensors may be

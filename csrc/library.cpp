@@ -23,6 +23,7 @@ TORCH_LIBRARY(mmdet_ext, m) {
   m.def("rle_encode(Tensor mask) -> Tensor");
   m.def("rle_decode(Tensor counts, int height, int width) -> Tensor");
   m.def("rle_decode_batch(Tensor counts, Tensor run_counts, int height, int width) -> Tensor");
+  m.def("rle_decode_batch_into(Tensor counts, Tensor run_counts, Tensor(a!) out) -> ()");
   m.def("rle_to_string(Tensor counts) -> Tensor");
   m.def("rle_from_string(Tensor data, int height, int width) -> Tensor");
   m.def("rle_merge(Tensor counts, Tensor run_counts, int height, int width, bool intersect=False) "
@@ -34,6 +35,8 @@ TORCH_LIBRARY(mmdet_ext, m) {
   m.def("rle_from_polygons(Tensor coords, Tensor part_lengths, int height, int width) -> Tensor");
   m.def("polygons_to_masks(Tensor coords, Tensor part_lengths, Tensor part_counts, int height, "
         "int width) -> Tensor");
+  m.def("polygons_to_masks_into(Tensor coords, Tensor part_lengths, Tensor part_counts, "
+        "Tensor(a!) out) -> ()");
   m.def("polygons_crop_and_resize(Tensor coords, Tensor part_lengths, Tensor part_counts, "
         "Tensor boxes, Tensor inds, int out_height, int out_width) -> Tensor");
 }

@@ -98,6 +98,24 @@ def test_polygons_to_masks_matches_cpu(size):
 
 
 @needs_cuda
+@pytest.mark.parametrize('size', [(480, 640), (37, 23)])
+def test_into_ops_with_host_data_match_cpu(size):
+    """What LazyInstanceMasks.to_tensor runs on a GPU: packed data on the host, out on the GPU
+    (stale contents overwritten), and also with the data already on the GPU."""
+    rng = np.random.default_rng(3)
+    polygons = ops.pack_polygons(random_instances(rng, 10, *size))
+    masks, rles = random_rles(rng, 6, *size)
+    for data in (polygons, on_gpu(*polygons)):
+        out = torch.full((10, *size), 7, dtype=torch.uint8, device='cuda')
+        ops.polygons_to_masks_into(*data, out)
+        assert torch.equal(out.cpu(), ops.polygons_to_masks(*polygons, *size))
+    for data in (rles, on_gpu(*rles)):
+        out = torch.full((6, *size), 7, dtype=torch.uint8, device='cuda')
+        ops.rle_decode_batch_into(*data, out)
+        assert torch.equal(out.cpu(), torch.stack(masks))
+
+
+@needs_cuda
 def test_rle_decode_matches_cpu():
     rng = np.random.default_rng(2)
     masks, (counts, run_counts) = random_rles(rng, 6, 97, 131)
@@ -235,6 +253,8 @@ def test_opcheck_on_cuda():
         'polygons_to_masks': (*on_gpu(*packed), 12, 9),
         'polygons_crop_and_resize': (*on_gpu(*packed, boxes, inds), 7, 5),
         'rle_decode_batch': (*on_gpu(*rles), 12, 9),
+        'rle_decode_batch_into': (*rles, torch.zeros(2, 12, 9, dtype=torch.uint8).cuda()),
+        'polygons_to_masks_into': (*packed, torch.zeros(2, 12, 9, dtype=torch.uint8).cuda()),
         'rle_crop_and_resize': (*on_gpu(*rles), 12, 9, *on_gpu(boxes, inds), 7, 5),
     }
     for name, args in cases.items():

@@ -328,6 +328,26 @@ def test_rle_decode_batch_matches_single_decodes():
     assert ops.rle_decode_batch(*ops.pack_counts([]), 32, 48).shape == (0, 32, 48)
 
 
+def test_into_ops_write_what_the_functional_ops_return():
+    """rle_decode_batch_into / polygons_to_masks_into (what LazyInstanceMasks.to_tensor calls):
+    every pixel of out overwritten, stale contents included, equal to the functional op."""
+    rng = np.random.default_rng(11)
+    masks = [(rng.random((32, 48)) < p).astype(np.uint8) for p in (0.0, 0.3, 1.0)]
+    rles = ops.pack_counts([ops.rle_encode(torch.from_numpy(m)) for m in masks])
+    out = torch.full((3, 32, 48), 7, dtype=torch.uint8)
+    assert ops.rle_decode_batch_into(*rles, out) is None
+    assert torch.equal(out, ops.rle_decode_batch(*rles, 32, 48))
+    instances = [random_parts(rng, 'uniform', 40, 50) for _ in range(5)]
+    instances[2] = []
+    polygons = ops.pack_polygons(instances)
+    out = torch.full((5, 40, 50), 7, dtype=torch.uint8)
+    ops.polygons_to_masks_into(*polygons, out)
+    assert torch.equal(out, ops.polygons_to_masks(*polygons, 40, 50))
+    empty = torch.full((5, 0, 50), 7, dtype=torch.uint8)
+    ops.polygons_to_masks_into(*polygons, empty)  # a 0-pixel image: nothing to paint
+    ops.rle_decode_batch_into(*ops.pack_counts([]), torch.empty(0, 32, 48, dtype=torch.uint8))
+
+
 def test_counts_as_int64_and_uncompressed_coco_form():
     rle = {'size': [4, 5], 'counts': [0, 3, 2, 1, 14]}
     ref = mask_utils.frPyObjects(rle, 4, 5)
@@ -514,6 +534,19 @@ IND = torch.tensor([0])
      'part_counts sum to 2 but part_lengths describes 1'),
     (lambda: OPS.polygons_to_masks(TRIANGLE, ONE_PART, torch.tensor([2, -1]), 8, 8),
      'negative count'),
+    (lambda: OPS.polygons_to_masks_into(TRIANGLE, ONE_PART, IND + 1,
+                                        torch.zeros(2, 8, 8, dtype=torch.uint8)),
+     'out has room for 2 masks, the input holds 1'),
+    (lambda: OPS.polygons_to_masks_into(TRIANGLE, ONE_PART, IND + 1, torch.zeros(1, 8, 8)),
+     'contiguous uint8 tensor'),
+    (lambda: OPS.rle_decode_batch_into(torch.tensor([64]), IND + 1,
+                                       torch.zeros(8, 8, 1, dtype=torch.uint8).transpose(0, 2)),
+     r'\(not contiguous\)'),
+    (lambda: OPS.rle_decode_batch_into(torch.tensor([64]), IND + 1,
+                                       torch.zeros(1, 8, 7, dtype=torch.uint8)),
+     'sum to 64 but a 8x7 mask has 56'),
+    (lambda: OPS.rle_decode_batch_into(torch.tensor([64]), IND + 1,
+                                       torch.zeros(8, 8, dtype=torch.uint8)), r'\[N, height'),
     (lambda: OPS.polygons_crop_and_resize(TRIANGLE, ONE_PART, IND + 1, BOX, IND + 1, 28, 28),
      'inds\\[0\\] = 1 is out of range for 1 masks'),
     (lambda: OPS.polygons_crop_and_resize(TRIANGLE, ONE_PART, IND + 1, BOX[:, :3], IND, 28, 28),
@@ -550,6 +583,7 @@ def _opcheck_cases():
         'rle_encode': (mask, ),
         'rle_decode': (counts, 12, 9),
         'rle_decode_batch': (*packed, 12, 9),
+        'rle_decode_batch_into': (*packed, torch.zeros(2, 12, 9, dtype=torch.uint8)),
         'rle_to_string': (counts, ),
         'rle_from_string': (OPS.rle_to_string(counts), 12, 9),
         'rle_merge': (*packed, 12, 9, True),
@@ -558,6 +592,8 @@ def _opcheck_cases():
         'rle_crop_and_resize': (*packed, 12, 9, boxes, inds, 7, 5),
         'rle_from_polygons': (coords[:6], part_lengths[:1], 12, 9),
         'polygons_to_masks': (coords, part_lengths, part_counts, 12, 9),
+        'polygons_to_masks_into': (coords, part_lengths, part_counts,
+                                   torch.zeros(2, 12, 9, dtype=torch.uint8)),
         'polygons_crop_and_resize': (coords, part_lengths, part_counts, boxes, inds, 7, 5),
     }
 

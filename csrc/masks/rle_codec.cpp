@@ -18,6 +18,19 @@ void check_image_size(const char* op, const char* what, int64_t height, int64_t 
               "cannot index");
 }
 
+std::pair<int64_t, int64_t> masks_out_size(const char* op, const at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == at::kByte && out.dim() == 3 && out.is_contiguous(), op,
+              ": expected out as a contiguous uint8 tensor [N, height, width], got ",
+              out.scalar_type(), " ", out.sizes(), out.is_contiguous() ? "" : " (not contiguous)");
+  check_image_size(op, "output", out.size(1), out.size(2));
+  return {out.size(1), out.size(2)};
+}
+
+void check_masks_out_count(const char* op, const at::Tensor& out, int64_t num_masks) {
+  TORCH_CHECK(out.size(0) == num_masks, op, ": out has room for ", out.size(0),
+              " masks, the input holds ", num_masks);
+}
+
 namespace {
 
 void check_counts_tensor(const char* op, const char* name, const at::Tensor& counts) {

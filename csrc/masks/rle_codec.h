@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -25,6 +26,11 @@ constexpr int64_t kMaxPixels = std::numeric_limits<int32_t>::max();
 // Refuses negative sizes and images of more than kMaxPixels pixels. `what` names the size in the
 // message ("image", "output").
 void check_image_size(const char* op, const char* what, int64_t height, int64_t width);
+
+// The `out` of an `*_into` op: a contiguous uint8 [N, H, W] tensor whose H x W passes
+// check_image_size. Returns {H, W}; check_masks_out_count then checks N against the input.
+std::pair<int64_t, int64_t> masks_out_size(const char* op, const at::Tensor& out);
+void check_masks_out_count(const char* op, const at::Tensor& out, int64_t num_masks);
 
 // Checks a 1-D integer tensor of run lengths (each in [0, 2^31 - 1]) and returns it as 32-bit
 // counts.

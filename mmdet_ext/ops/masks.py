@@ -8,10 +8,15 @@ Masks come back as Tensor[..., H, W] uint8 in {0, 1}, row-major.
 
 Devices: every op runs on the CPU. The ops that run in a training step also have CUDA kernels,
 used when their data (``counts``/``coords``, and ``boxes``) are on a GPU, bit-identical to the
-CPU ones: ``rle_decode``, ``rle_decode_batch``, ``rle_crop_and_resize``, ``polygons_to_masks``,
-``polygons_crop_and_resize`` (kernels: ``csrc/masks/cpu/``, ``csrc/masks/cuda/``). Their index
-tensors (``run_counts``, ``part_lengths``, ``part_counts``, ``inds``) are checked on the host and
-may be on either device; results are on the data's device. ``has_kernel`` tells what a build has.
+CPU ones: ``rle_decode``, ``rle_decode_batch`` (and ``_into``), ``rle_crop_and_resize``,
+``polygons_to_masks`` (and ``_into``), ``polygons_crop_and_resize`` (kernels:
+``csrc/masks/cpu/``, ``csrc/masks/cuda/``). Their index tensors (``run_counts``,
+``part_lengths``, ``part_counts``, ``inds``) are checked on the host and may be on either
+device; results are on the data's device. Checking reads the data on the host, so data on a GPU
+is read back (the host waits for the stream): ``rle_decode_batch_into`` and
+``polygons_to_masks_into`` take the data on the host and run where their ``out`` is, which is
+how ``LazyInstanceMasks.to_tensor`` makes masks on a GPU without a wait. ``has_kernel`` tells
+what a build has.
 
 Every wrapper returns what its op returns except two, which return the Python types their
 pycocotools counterparts return: ``rle_to_string`` gives ``bytes`` (the op: Tensor[L] uint8) and
@@ -104,6 +109,20 @@ def rle_to_string(counts: torch.Tensor) -> bytes:
     Tensor[L] uint8.
     """
     return bytes(torch.ops.mmdet_ext.rle_to_string(counts).numpy())
+
+
+def rle_decode_batch_into(counts: torch.Tensor, run_counts: torch.Tensor,
+                          out: torch.Tensor) -> None:
+    """``rle_decode_batch`` written into ``out`` (Tensor[N, H, W] uint8, contiguous), which
+    decides where the kernel runs: packed counts on the host and ``out`` on a GPU decode there
+    with nothing read back from the device."""
+    torch.ops.mmdet_ext.rle_decode_batch_into(counts, run_counts, out)
+
+
+@register_fake('mmdet_ext::rle_decode_batch_into')
+def _rle_decode_batch_into_fake(counts: torch.Tensor, run_counts: torch.Tensor,
+                                out: torch.Tensor) -> None:
+    torch._check(counts.dim() == 1 and run_counts.dim() == 1 and out.dim() == 3)
 
 
 @register_fake('mmdet_ext::rle_to_string')
@@ -229,6 +248,20 @@ def _polygons_to_masks_fake(coords: torch.Tensor, part_lengths: torch.Tensor,
                             part_counts: torch.Tensor, height: int, width: int) -> torch.Tensor:
     torch._check(coords.dim() == 1 and part_counts.dim() == 1)
     return coords.new_empty((part_counts.shape[0], height, width), dtype=torch.uint8)
+
+
+def polygons_to_masks_into(coords: torch.Tensor, part_lengths: torch.Tensor,
+                           part_counts: torch.Tensor, out: torch.Tensor) -> None:
+    """``polygons_to_masks`` written into ``out`` (Tensor[N, H, W] uint8, contiguous), which
+    decides where the kernel runs: packed polygons on the host and ``out`` on a GPU rasterise
+    there with nothing read back from the device."""
+    torch.ops.mmdet_ext.polygons_to_masks_into(coords, part_lengths, part_counts, out)
+
+
+@register_fake('mmdet_ext::polygons_to_masks_into')
+def _polygons_to_masks_into_fake(coords: torch.Tensor, part_lengths: torch.Tensor,
+                                 part_counts: torch.Tensor, out: torch.Tensor) -> None:
+    torch._check(coords.dim() == 1 and part_counts.dim() == 1 and out.dim() == 3)
 
 
 def polygons_crop_and_resize(coords: torch.Tensor, part_lengths: torch.Tensor,

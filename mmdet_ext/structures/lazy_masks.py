@@ -20,7 +20,7 @@ from mmdet.structures.mask import BaseInstanceMasks, BitmapMasks, PolygonMasks
 
 from .._compat import bitmap_masks_pixels, translate_masks
 from ..ops import (has_kernel, pack_counts, pack_polygons, polygons_crop_and_resize,
-                   polygons_to_masks, rle_area, rle_crop_and_resize, rle_decode_batch,
+                   polygons_to_masks_into, rle_area, rle_crop_and_resize, rle_decode_batch_into,
                    rle_from_polygons, rle_to_bbox, rle_to_string)
 from .polygon_raster import rasterize_polygons
 from .raster_source import RasterSource, apply_mask_op
@@ -290,29 +290,30 @@ class LazyInstanceMasks(BaseInstanceMasks):
         """Tensor[N, height, width] of ``dtype`` on ``device``, equal to ``to_ndarray``.
 
         Polygons and same-size RLEs without pending operations are rasterised where the result
-        goes, one native call each (on a GPU in a CUDA build: no full-size mask crosses from
-        the host); the other rasters are decoded on the host as in ``to_ndarray``.
+        goes, one native call each from the packed data on the host (on a GPU in a CUDA build:
+        no full-size mask crosses from the host, and the host never waits for the device); the
+        other rasters are decoded on the host as in ``to_ndarray`` and copied over.
         """
         device = torch.device(device)
-        out = torch.zeros((len(self.items), self.height, self.width), dtype=torch.uint8,
+        # Every row is written below (the three kinds of rows cover them all): no zeroing.
+        out = torch.empty((len(self.items), self.height, self.width), dtype=torch.uint8,
                           device=device)
         polygon_rows = self._polygon_rows()
         if polygon_rows:
-            run_on = _kernel_device('polygons_to_masks', device)
             packed = pack_polygons([self.items[i] for i in polygon_rows])
-            out[polygon_rows] = polygons_to_masks(*(t.to(run_on) for t in packed), self.height,
-                                                  self.width).to(device)
+            _fill_rows(out, polygon_rows, 'polygons_to_masks_into',
+                       partial(polygons_to_masks_into, *packed))
         rle_rows = [i for i, item in enumerate(self.items) if isinstance(item, RasterSource)
                     and item.is_plain_rle and (item.height, item.width) == (self.height,
                                                                             self.width)]
         if rle_rows:
-            run_on = _kernel_device('rle_decode_batch', device)
-            counts, run_counts = pack_counts([self.items[i].counts() for i in rle_rows])
-            out[rle_rows] = rle_decode_batch(counts.to(run_on), run_counts.to(run_on),
-                                             self.height, self.width).to(device)
+            packed = pack_counts([self.items[i].counts() for i in rle_rows])
+            _fill_rows(out, rle_rows, 'rle_decode_batch_into',
+                       partial(rle_decode_batch_into, *packed))
         other_rows = set(range(len(self.items))) - set(polygon_rows) - set(rle_rows)
         for i in sorted(other_rows):
-            out[i] = torch.from_numpy(self._raster_pixels(i)).to(device)
+            out[i].copy_(_staged(torch.from_numpy(self._raster_pixels(i)), device),
+                         non_blocking=True)
         return out.to(dtype)
 
     def to_bitmap(self) -> BitmapMasks:
@@ -596,6 +597,32 @@ def _crop_kind(item: Item, binarize: bool) -> int:
         return _POLYGON
     # rle_crop_and_resize reproduces BitmapMasks' binarized targets, not the soft ones
     return _RLE if binarize and item.is_plain_rle else _BITMAP
+
+
+def _fill_rows(out: torch.Tensor, rows: list, op_name: str,
+               fill: Callable[[torch.Tensor], None]) -> None:
+    """Makes masks ``rows`` of ``out`` with ``fill(target)`` (an ``*_into`` op writing a uint8
+    [len(rows), H, W] target): straight into ``out`` when the rows are all of it, else into a
+    scratch tensor copied in by row index; on the CPU, then copied over, in a build without the
+    kernel for out's device."""
+    run_on = _kernel_device(op_name, out.device)
+    if run_on == out.device and rows == list(range(len(out))):
+        fill(out)
+        return
+    target = torch.empty((len(rows), *out.shape[1:]), dtype=torch.uint8, device=run_on)
+    fill(target)
+    out.index_copy_(0, _staged(torch.tensor(rows, dtype=torch.int64), out.device),
+                    _staged(target, out.device))
+
+
+def _staged(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device`` without making the host wait: a host tensor goes to a GPU through
+    pinned memory (a copy from pageable memory waits for the stream)."""
+    if tensor.device == device:
+        return tensor
+    if device.type == 'cuda' and tensor.device.type == 'cpu':
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
 def _kernel_device(op_name: str, device: torch.device) -> torch.device:

@@ -96,19 +96,14 @@ at::Tensor rle_from_polygons_cpu(const at::Tensor& coords, const at::Tensor& par
   return masks::counts_to_tensor(masks::merge_counts(parts, false));
 }
 
-at::Tensor polygons_to_masks_cpu(const at::Tensor& coords, const at::Tensor& part_lengths,
-                                 const at::Tensor& part_counts, int64_t height, int64_t width) {
-  constexpr const char* op = "polygons_to_masks";
-  masks::check_image_size(op, "image", height, width);
-  const PackedPolygons polygons = masks::read_polygons(op, coords, part_lengths, &part_counts);
-  const int64_t n = polygons.num_instances();
-  at::Tensor out = at::zeros({n, height, width}, at::kByte);
+// Paints every instance into its image of `images` (n x height x width, zeroed by the caller).
+void paint_polygons(const PackedPolygons& polygons, int64_t height, int64_t width,
+                    uint8_t* images) {
   if (height * width == 0) {
-    return out;
+    return;
   }
-  uint8_t* images = out.mutable_data_ptr<uint8_t>();
   // Full-size masks: sorted toggles to runs, painted run by run, visit only the foreground.
-  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, polygons.num_instances(), 1, [&](int64_t begin, int64_t end) {
     PolygonRasterizer rasterizer(height, width);
     for (int64_t i = begin; i < end; ++i) {
       for (int64_t p = polygons.part_range[i]; p < polygons.part_range[i + 1]; ++p) {
@@ -118,7 +113,29 @@ at::Tensor polygons_to_masks_cpu(const at::Tensor& coords, const at::Tensor& par
       }
     }
   });
+}
+
+at::Tensor polygons_to_masks_cpu(const at::Tensor& coords, const at::Tensor& part_lengths,
+                                 const at::Tensor& part_counts, int64_t height, int64_t width) {
+  constexpr const char* op = "polygons_to_masks";
+  masks::check_image_size(op, "image", height, width);
+  const PackedPolygons polygons = masks::read_polygons(op, coords, part_lengths, &part_counts);
+  at::Tensor out = at::zeros({polygons.num_instances(), height, width}, at::kByte);
+  paint_polygons(polygons, height, width, out.mutable_data_ptr<uint8_t>());
   return out;
+}
+
+// polygons_to_masks written into a given [N, H, W] uint8 tensor (its CUDA twin is what lets the
+// packed polygons stay on the host while the masks are made on a GPU).
+void polygons_to_masks_into_cpu(const at::Tensor& coords, const at::Tensor& part_lengths,
+                                const at::Tensor& part_counts, const at::Tensor& out) {
+  constexpr const char* op = "polygons_to_masks_into";
+  TORCH_CHECK(out.device().is_cpu(), op, ": expected out on the CPU, got ", out.device());
+  const auto [height, width] = masks::masks_out_size(op, out);
+  const PackedPolygons polygons = masks::read_polygons(op, coords, part_lengths, &part_counts);
+  masks::check_masks_out_count(op, out, polygons.num_instances());
+  out.zero_();
+  paint_polygons(polygons, height, width, out.mutable_data_ptr<uint8_t>());
 }
 
 // Paints the union of one instance's parts, mapped into a box, into an out_h x out_w image
@@ -178,6 +195,7 @@ at::Tensor polygons_crop_and_resize_cpu(const at::Tensor& coords, const at::Tens
 TORCH_LIBRARY_IMPL(mmdet_ext, CPU, m) {
   m.impl("rle_from_polygons", &rle_from_polygons_cpu);
   m.impl("polygons_to_masks", &polygons_to_masks_cpu);
+  m.impl("polygons_to_masks_into", &polygons_to_masks_into_cpu);
   m.impl("polygons_crop_and_resize", &polygons_crop_and_resize_cpu);
 }
 

@@ -88,22 +88,27 @@ __global__ void rasterize_kernel(PolygonsOnDevice polygons, const int64_t* insta
                  images + i * height * width);
 }
 
-// Uploads the checked batch and rasterises `num_images` images (boxes undefined: full size).
-at::Tensor rasterize(const at::Tensor& coords, const masks::PackedPolygons& polygons,
-                     const std::vector<int64_t>* index, const at::Tensor& boxes,
-                     int64_t num_images, int64_t height, int64_t width) {
-  const c10::cuda::CUDAGuard guard(coords.device());
-  at::Tensor out = at::zeros({num_images, height, width}, coords.options().dtype(at::kByte));
+// Uploads the checked batch and rasterises out.size(0) images into `out` (zeroed here; boxes
+// undefined: full size). `coords` are the op's input: on out's device they are used there, on
+// the host the checked copy in `polygons` is uploaded without blocking.
+void rasterize_into(const at::Tensor& coords, const masks::PackedPolygons& polygons,
+                    const std::vector<int64_t>* index, const at::Tensor& boxes,
+                    const at::Tensor& out) {
+  const c10::cuda::CUDAGuard guard(out.device());
+  const int64_t num_images = out.size(0), height = out.size(1), width = out.size(2);
+  out.zero_();
   if (num_images == 0 || height * width == 0) {
-    return out;
+    return;
   }
-  const at::Tensor xy = coords.to(at::kDouble).contiguous();
-  const at::Tensor part_offset = cuda::to_device(polygons.part_offset, coords.device());
-  const at::Tensor part_range = cuda::to_device(polygons.part_range, coords.device());
+  const at::Tensor xy = coords.device() == out.device()
+                            ? coords.to(at::kDouble).contiguous()
+                            : cuda::to_device(polygons.coords, out.device());
+  const at::Tensor part_offset = cuda::to_device(polygons.part_offset, out.device());
+  const at::Tensor part_range = cuda::to_device(polygons.part_range, out.device());
   const at::Tensor instance_of =
-      index == nullptr ? at::Tensor() : cuda::to_device(*index, coords.device());
+      index == nullptr ? at::Tensor() : cuda::to_device(*index, out.device());
   const int64_t scratch_words = masks::toggle_words(height, width) + width;
-  at::Tensor scratch = at::empty({num_images, scratch_words}, coords.options().dtype(at::kInt));
+  at::Tensor scratch = at::empty({num_images, scratch_words}, out.options().dtype(at::kInt));
   const PolygonsOnDevice view{xy.const_data_ptr<double>(), part_offset.const_data_ptr<int64_t>(),
                               part_range.const_data_ptr<int64_t>()};
   const int64_t* instances = index == nullptr ? nullptr : instance_of.const_data_ptr<int64_t>();
@@ -117,7 +122,6 @@ at::Tensor rasterize(const at::Tensor& coords, const masks::PackedPolygons& poly
         out.mutable_data_ptr<uint8_t>());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
 }
 
 at::Tensor polygons_to_masks_cuda(const at::Tensor& coords, const at::Tensor& part_lengths,
@@ -128,8 +132,27 @@ at::Tensor polygons_to_masks_cuda(const at::Tensor& coords, const at::Tensor& pa
   const at::Tensor counts_host = part_counts.cpu();
   const masks::PackedPolygons polygons =
       masks::read_polygons(op, coords.cpu(), part_lengths.cpu(), &counts_host);
-  return rasterize(coords, polygons, nullptr, at::Tensor(), polygons.num_instances(), height,
-                   width);
+  at::Tensor out = at::empty({polygons.num_instances(), height, width},
+                             coords.options().dtype(at::kByte));
+  rasterize_into(coords, polygons, nullptr, at::Tensor(), out);
+  return out;
+}
+
+// The polygons may be on the host (read there, no wait) or on out's GPU (read back first, which
+// waits for the stream: keep them on the host where you can).
+void polygons_to_masks_into_cuda(const at::Tensor& coords, const at::Tensor& part_lengths,
+                                 const at::Tensor& part_counts, const at::Tensor& out) {
+  constexpr const char* op = "polygons_to_masks_into";
+  TORCH_CHECK(out.is_cuda(), op, ": expected out on a CUDA device, got ", out.device());
+  TORCH_CHECK(coords.is_cpu() || coords.device() == out.device(), op,
+              ": expected coords on the host or on out's device (", out.device(), "), got ",
+              coords.device());
+  masks::masks_out_size(op, out);
+  const at::Tensor counts_host = part_counts.cpu();
+  const masks::PackedPolygons polygons =
+      masks::read_polygons(op, coords.cpu(), part_lengths.cpu(), &counts_host);
+  masks::check_masks_out_count(op, out, polygons.num_instances());
+  rasterize_into(coords, polygons, nullptr, at::Tensor(), out);
 }
 
 at::Tensor polygons_crop_and_resize_cuda(const at::Tensor& coords,
@@ -144,13 +167,16 @@ at::Tensor polygons_crop_and_resize_cuda(const at::Tensor& coords,
   const std::vector<int64_t> index = masks::read_crop_boxes(
       op, boxes_host, inds.cpu(), polygons.num_instances(), out_h, out_w);
   masks::check_crop_frames(op, polygons, boxes_host, index, out_h, out_w);
-  return rasterize(coords, polygons, &index, boxes, boxes.size(0), out_h, out_w);
+  at::Tensor out = at::empty({boxes.size(0), out_h, out_w}, coords.options().dtype(at::kByte));
+  rasterize_into(coords, polygons, &index, boxes, out);
+  return out;
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(mmdet_ext, CUDA, m) {
   m.impl("polygons_to_masks", &polygons_to_masks_cuda);
+  m.impl("polygons_to_masks_into", &polygons_to_masks_into_cuda);
   m.impl("polygons_crop_and_resize", &polygons_crop_and_resize_cuda);
 }
 

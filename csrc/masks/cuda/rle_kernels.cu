@@ -39,13 +39,16 @@ __device__ uint8_t rle_pixel(const RunsOnDevice& runs, int64_t i, int64_t p) {
   return static_cast<uint8_t>((low - runs.offsets[i]) & 1);
 }
 
+// Row r of the output is row r % height of mask r / height.
 __global__ void decode_kernel(RunsOnDevice runs, int64_t num_masks, int64_t height,
                               int64_t width, uint8_t* images) {
-  const int64_t area = height * width, total = num_masks * area;
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < total;
-       k += static_cast<int64_t>(blockDim.x) * gridDim.x) {
-    const int64_t i = k / area, y = (k % area) / width, x = k % width;  // row-major output
-    images[k] = rle_pixel(runs, i, x * height + y);
+  const int64_t rows = num_masks * height;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t i = r / height, y = r % height;
+    uint8_t* row = images + r * width;
+    for (int64_t x = threadIdx.x; x < width; x += blockDim.x) {
+      row[x] = rle_pixel(runs, i, x * height + y);  // row-major output, column-major runs
+    }
   }
 }
 
@@ -62,17 +65,33 @@ UploadedRuns upload(const masks::PackedCounts& rles, const at::Device& device) {
           cuda::to_device(rles.offsets, device)};
 }
 
-at::Tensor decode(const UploadedRuns& runs, int64_t num_masks, int64_t height, int64_t width,
-                  const at::TensorOptions& options) {
-  at::Tensor out = at::empty({num_masks, height, width}, options.dtype(at::kByte));
+// Writes every pixel of `out` (num_masks x height x width uint8 on the current device).
+void decode_into(const UploadedRuns& runs, int64_t num_masks, int64_t height, int64_t width,
+                 const at::Tensor& out) {
   if (out.numel() == 0) {
-    return out;
+    return;
   }
-  decode_kernel<<<cuda::blocks_for(out.numel()), cuda::kThreadsPerBlock, 0,
+  decode_kernel<<<cuda::blocks_for_rows(num_masks * height), cuda::kThreadsPerBlock, 0,
                   c10::cuda::getCurrentCUDAStream()>>>(runs.view(), num_masks, height, width,
                                                       out.mutable_data_ptr<uint8_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
+}
+
+// The counts may be on the host (read there, no wait) or on out's GPU (read back first, which
+// waits for the stream: keep them on the host where you can).
+void rle_decode_batch_into_cuda(const at::Tensor& counts, const at::Tensor& run_counts,
+                                const at::Tensor& out) {
+  constexpr const char* op = "rle_decode_batch_into";
+  TORCH_CHECK(out.is_cuda(), op, ": expected out on a CUDA device, got ", out.device());
+  TORCH_CHECK(counts.is_cpu() || counts.device() == out.device(), op,
+              ": expected counts on the host or on out's device (", out.device(), "), got ",
+              counts.device());
+  const auto [height, width] = masks::masks_out_size(op, out);
+  const masks::PackedCounts rles =
+      masks::read_packed_counts(op, counts.cpu(), run_counts.cpu(), height, width);
+  masks::check_masks_out_count(op, out, rles.size());
+  const c10::cuda::CUDAGuard guard(out.device());
+  decode_into(upload(rles, out.device()), rles.size(), height, width, out);
 }
 
 at::Tensor rle_decode_batch_cuda(const at::Tensor& counts, const at::Tensor& run_counts,
@@ -82,7 +101,9 @@ at::Tensor rle_decode_batch_cuda(const at::Tensor& counts, const at::Tensor& run
   const masks::PackedCounts rles =
       masks::read_packed_counts(op, counts.cpu(), run_counts.cpu(), height, width);
   const c10::cuda::CUDAGuard guard(counts.device());
-  return decode(upload(rles, counts.device()), rles.size(), height, width, counts.options());
+  at::Tensor out = at::empty({rles.size(), height, width}, counts.options().dtype(at::kByte));
+  decode_into(upload(rles, counts.device()), rles.size(), height, width, out);
+  return out;
 }
 
 at::Tensor rle_decode_cuda(const at::Tensor& counts, int64_t height, int64_t width) {
@@ -90,16 +111,15 @@ at::Tensor rle_decode_cuda(const at::Tensor& counts, int64_t height, int64_t wid
   return rle_decode_batch_cuda(counts, one, height, width)[0];
 }
 
-// Output cell (i, ph, pw) of box i: mmdet's BitmapMasks.crop_and_resize of mask inds[i].
+// Block b takes box i = b (grid-stride over boxes); its threads share out the box's out_h x out_w
+// cells (at most 2^31 - 1, checked on the host), so a cell's row and column are 32-bit
+// divisions. Cell (ph, pw) of box i: mmdet's BitmapMasks.crop_and_resize of mask inds[i].
 template <typename T>
 __global__ void crop_and_resize_kernel(const uint8_t* masks_data, int64_t height, int64_t width,
                                        const T* boxes, const int64_t* mask_of, int64_t num_boxes,
                                        int out_h, int out_w, uint8_t* out) {
-  const int64_t cells = static_cast<int64_t>(out_h) * out_w, total = num_boxes * cells;
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < total;
-       k += static_cast<int64_t>(blockDim.x) * gridDim.x) {
-    const int64_t i = k / cells;
-    const int ph = static_cast<int>((k % cells) / out_w), pw = static_cast<int>(k % out_w);
+  const int cells = out_h * out_w;
+  for (int64_t i = blockIdx.x; i < num_boxes; i += gridDim.x) {
     const masks::RoiAlignBox<T> box(boxes + 4 * i, out_h, out_w);
     const uint8_t* mask = masks_data + mask_of[i] * height * width;
     auto sample_y = [&](int p, int s) {
@@ -111,7 +131,11 @@ __global__ void crop_and_resize_kernel(const uint8_t* masks_data, int64_t height
                                    static_cast<int>(width));
     };
     auto pixel = [&](int y, int x) { return mask[y * width + x]; };
-    out[k] = masks::roi_align_cell(box, ph, pw, sample_y, sample_x, pixel);
+    uint8_t* cell_out = out + i * cells;
+    for (int cell = threadIdx.x; cell < cells; cell += blockDim.x) {
+      cell_out[cell] = masks::roi_align_cell(box, cell / out_w, cell % out_w, sample_y, sample_x,
+                                             pixel);
+    }
   }
 }
 
@@ -136,12 +160,12 @@ at::Tensor rle_crop_and_resize_cuda(const at::Tensor& counts, const at::Tensor& 
   }
   // Crowd RLEs are few per image, so decoding each once at full size costs less than finding
   // runs per sample; the samples then read pixels as mmcv's roi_align reads the bitmap.
-  const at::Tensor full = decode(upload(rles, counts.device()), rles.size(), height, width,
-                                 counts.options());
+  at::Tensor full = at::empty({rles.size(), height, width}, counts.options().dtype(at::kByte));
+  decode_into(upload(rles, counts.device()), rles.size(), height, width, full);
   const at::Tensor mask_of = cuda::to_device(mask_index, counts.device());
   const at::Tensor rois = boxes.contiguous();
   AT_DISPATCH_FLOATING_TYPES(rois.scalar_type(), op, [&] {
-    crop_and_resize_kernel<scalar_t><<<cuda::blocks_for(out.numel()), cuda::kThreadsPerBlock, 0,
+    crop_and_resize_kernel<scalar_t><<<cuda::blocks_for_rows(n), cuda::kThreadsPerBlock, 0,
                                        c10::cuda::getCurrentCUDAStream()>>>(
         full.const_data_ptr<uint8_t>(), height, width, rois.const_data_ptr<scalar_t>(),
         mask_of.const_data_ptr<int64_t>(), n, static_cast<int>(out_h), static_cast<int>(out_w),
@@ -156,6 +180,7 @@ at::Tensor rle_crop_and_resize_cuda(const at::Tensor& counts, const at::Tensor& 
 TORCH_LIBRARY_IMPL(mmdet_ext, CUDA, m) {
   m.impl("rle_decode", &rle_decode_cuda);
   m.impl("rle_decode_batch", &rle_decode_batch_cuda);
+  m.impl("rle_decode_batch_into", &rle_decode_batch_into_cuda);
   m.impl("rle_crop_and_resize", &rle_crop_and_resize_cuda);
 }
 

@@ -1,6 +1,6 @@
 // CUDA kernel of mmdet_ext::resize_normalize_batch (CPU twin:
 // ../cpu/resize_normalize_batch_kernel.cpp): the decoded images, copied to the GPU as one flat
-// uint8 buffer, to the detector's padded batch, one thread per output value. The resize taps
+// uint8 buffer, to the detector's padded batch, a block per output row. The resize taps
 // come from the same host code (../resize_normalize_batch.cpp) and the pixel arithmetic from the
 // same header, integer only, so the bits are the CPU kernel's.
 #include <c10/util/Optional.h>
@@ -21,33 +21,42 @@ namespace {
 
 using transforms::ImageField;
 
+// Row r of the output is (b, c, y) = (r / (C * H), r / H % C, r % H).
 template <typename scalar_t>
 __global__ void resize_normalize_batch_kernel(const uint8_t* data, const int64_t* images,
                                               const int32_t* taps, const float* mean,
                                               const float* std, bool reverse_channels,
                                               float pad_value, int64_t batch, int64_t channels,
                                               int64_t height, int64_t width, scalar_t* out) {
-  const int64_t total = batch * channels * height * width;
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < total;
-       k += static_cast<int64_t>(blockDim.x) * gridDim.x) {
-    const int64_t x = k % width, y = (k / width) % height;
-    const int64_t c = (k / (width * height)) % channels, b = k / (width * height * channels);
+  const int64_t rows = batch * channels * height;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t y = r % height, c = (r / height) % channels, b = r / (height * channels);
     const int64_t* image = images + b * transforms::kImageFields;
     const int64_t out_h = image[ImageField::kOutHeight], out_w = image[ImageField::kOutWidth];
-    if (y >= out_h || x >= out_w) {
-      out[k] = static_cast<scalar_t>(pad_value);
-      continue;
-    }
     const int64_t flip = image[ImageField::kFlip];
-    const int32_t* row = taps + image[ImageField::kRowTaps] +
+    // Columns past the image's resized width, or every column of a row past its height, are
+    // padding.
+    const int64_t valid = y < out_h ? out_w : 0;
+    const int32_t* row_taps =
+        valid == 0 ? nullptr
+                   : taps + image[ImageField::kRowTaps] +
                          transforms::kTapFields * transforms::unflipped(y, out_h, flip & 2);
-    const int32_t* column = taps + image[ImageField::kColumnTaps] +
-                            transforms::kTapFields * transforms::unflipped(x, out_w, flip & 1);
     const int64_t src_c = reverse_channels ? channels - 1 - c : c;
-    const uint8_t value =
-        transforms::resized_pixel(data + image[ImageField::kDataOffset], image[ImageField::kHeight],
-                                  image[ImageField::kWidth], src_c, column, row);
-    out[k] = static_cast<scalar_t>(transforms::normalized_pixel(value, mean[c], std[c]));
+    const uint8_t* src = data + image[ImageField::kDataOffset];
+    const float m = mean[c], s = std[c];
+    scalar_t* row = out + r * width;
+    for (int64_t x = threadIdx.x; x < width; x += blockDim.x) {
+      if (x >= valid) {
+        row[x] = static_cast<scalar_t>(pad_value);
+        continue;
+      }
+      const int32_t* column = taps + image[ImageField::kColumnTaps] +
+                              transforms::kTapFields * transforms::unflipped(x, out_w, flip & 1);
+      const uint8_t value = transforms::resized_pixel(src, image[ImageField::kHeight],
+                                                      image[ImageField::kWidth], src_c, column,
+                                                      row_taps);
+      row[x] = static_cast<scalar_t>(transforms::normalized_pixel(value, m, s));
+    }
   }
 }
 
@@ -72,14 +81,15 @@ at::Tensor resize_normalize_batch_cuda(const at::Tensor& data, const at::Tensor&
     return out;
   }
   const at::Tensor src = data.contiguous();
-  const at::Tensor means = mean.to(data.device(), at::kFloat).contiguous();
-  const at::Tensor stds = std.to(data.device(), at::kFloat).contiguous();
+  const at::Tensor means = cuda::to_device(mean.to(at::kFloat), data.device());
+  const at::Tensor stds = cuda::to_device(std.to(at::kFloat), data.device());
   const at::Tensor images = cuda::to_device(plan.images, data.device());
   const at::Tensor taps = cuda::to_device(plan.taps, data.device());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out_type, "resize_normalize_batch",
                                   [&] {
     resize_normalize_batch_kernel<scalar_t>
-        <<<cuda::blocks_for(out.numel()), cuda::kThreadsPerBlock, 0,
+        <<<cuda::blocks_for_rows(plan.batch * plan.channels * batch_height),
+           cuda::kThreadsPerBlock, 0,
            c10::cuda::getCurrentCUDAStream()>>>(
             src.const_data_ptr<uint8_t>(), images.const_data_ptr<int64_t>(),
             taps.const_data_ptr<int32_t>(), means.const_data_ptr<float>(),
