@@ -21,6 +21,7 @@ TORCH_LIBRARY(mmdet_ext, m) {
 
   // mmdet_ext/ops/masks.py: COCO RLE and polygon ops (its module docstring: the packed forms).
   m.def("rle_encode(Tensor mask) -> Tensor");
+  m.def("rle_encode_batch(Tensor masks) -> (Tensor counts, Tensor run_counts)");
   m.def("rle_decode(Tensor counts, int height, int width) -> Tensor");
   m.def("rle_decode_batch(Tensor counts, Tensor run_counts, int height, int width) -> Tensor");
   m.def("rle_decode_batch_into(Tensor counts, Tensor run_counts, Tensor(a!) out) -> ()");
@@ -39,4 +40,7 @@ TORCH_LIBRARY(mmdet_ext, m) {
         "Tensor(a!) out) -> ()");
   m.def("polygons_crop_and_resize(Tensor coords, Tensor part_lengths, Tensor part_counts, "
         "Tensor boxes, Tensor inds, int out_height, int out_width) -> Tensor");
+  // Predicted masks (FCNMaskHead at test time) pasted into the image and thresholded, as RLEs.
+  m.def("paste_masks_to_rle(Tensor masks, Tensor boxes, int height, int width, float threshold, "
+        "bool skip_empty=True) -> (Tensor counts, Tensor run_counts)");
 }

@@ -208,6 +208,13 @@ void paint_counts(const uint32_t* counts, int64_t num_counts, int64_t height, in
   }
 }
 
+void check_finite_boxes(const char* op, const at::Tensor& boxes) {
+  if (!boxes.isfinite().all().item<bool>()) {
+    const int64_t bad = boxes.isfinite().all(1).logical_not().nonzero()[0][0].item<int64_t>();
+    TORCH_CHECK(false, op, ": box ", bad, " has a non-finite coordinate: ", boxes[bad]);
+  }
+}
+
 std::vector<int64_t> read_crop_boxes(const char* op, const at::Tensor& boxes,
                                      const at::Tensor& inds, int64_t num_masks, int64_t out_h,
                                      int64_t out_w) {
@@ -218,10 +225,7 @@ std::vector<int64_t> read_crop_boxes(const char* op, const at::Tensor& boxes,
                   (boxes.scalar_type() == at::kFloat || boxes.scalar_type() == at::kDouble),
               op, ": expected boxes as a (N, 4) float32 or float64 tensor of x1, y1, x2, y2, "
               "got ", boxes.scalar_type(), " with shape ", boxes.sizes());
-  if (!boxes.isfinite().all().item<bool>()) {
-    const int64_t bad = boxes.isfinite().all(1).logical_not().nonzero()[0][0].item<int64_t>();
-    TORCH_CHECK(false, op, ": box ", bad, " has a non-finite coordinate: ", boxes[bad]);
-  }
+  check_finite_boxes(op, boxes);
   TORCH_CHECK(inds.device().is_cpu() && inds.dim() == 1 &&
                   at::isIntegralType(inds.scalar_type(), false) && inds.numel() == boxes.size(0),
               op, ": expected inds as a 1-D integer tensor with one mask index per box (",
@@ -267,6 +271,126 @@ at::Tensor counts_to_tensor(const Counts& counts) {
     std::memcpy(out.mutable_data_ptr<int32_t>(), counts.data(), counts.size() * sizeof(uint32_t));
   }
   return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> pack_counts(const std::vector<Counts>& rles) {
+  int64_t total = 0;
+  for (const Counts& rle : rles) {
+    total += static_cast<int64_t>(rle.size());
+  }
+  at::Tensor counts = at::empty({total}, at::kInt);
+  at::Tensor run_counts = at::empty({static_cast<int64_t>(rles.size())}, at::kLong);
+  int32_t* out = counts.mutable_data_ptr<int32_t>();
+  int64_t* lengths = run_counts.mutable_data_ptr<int64_t>();
+  for (size_t i = 0; i < rles.size(); ++i) {
+    if (!rles[i].empty()) {  // an empty tensor's data pointer may be null: memcpy(null) is UB
+      std::memcpy(out, rles[i].data(), rles[i].size() * sizeof(uint32_t));
+    }
+    out += rles[i].size();
+    lengths[i] = static_cast<int64_t>(rles[i].size());
+  }
+  return {counts, run_counts};
+}
+
+void check_mask_batch(const char* op, const at::Tensor& masks) {
+  TORCH_CHECK(masks.dim() == 3 && (masks.scalar_type() == at::kByte ||
+                                   masks.scalar_type() == at::kBool),
+              op, ": expected masks as a (N, height, width) uint8 or bool tensor, got ",
+              masks.scalar_type(), " with shape ", masks.sizes());
+  check_image_size(op, "mask", masks.size(1), masks.size(2));
+}
+
+void RunWriter::flush() {
+  if (end_ > begin_) {
+    counts_.push_back(static_cast<uint32_t>(begin_ - background_begin_));
+    counts_.push_back(static_cast<uint32_t>(end_ - begin_));
+    background_begin_ = end_;
+    begin_ = end_;
+  }
+}
+
+void RunWriter::finish(int64_t area) {
+  flush();
+  // pycocotools ends with the last run: no empty background run after a foreground one, but one
+  // run (possibly empty) when there is no foreground at all.
+  if (counts_.empty() || background_begin_ < area) {
+    counts_.push_back(static_cast<uint32_t>(area - background_begin_));
+  }
+}
+
+void encode_rows(const uint8_t* mask, int64_t height, int64_t width, Counts& counts) {
+  // Flips: pixels whose foreground bit differs from the pixel above (above row 0: background).
+  // Found row by row, then grouped by column with a counting sort, which keeps each column's
+  // rows in order.
+  thread_local std::vector<int64_t> flip_column, flip_row, column_end, rows;
+  flip_column.clear();
+  flip_row.clear();
+  auto compare = [&](const uint8_t* row, const uint8_t* above, int64_t x, int64_t y) {
+    if ((row[x] != 0) != (above != nullptr && above[x] != 0)) {
+      flip_column.push_back(x);
+      flip_row.push_back(y);
+    }
+  };
+  constexpr int64_t kWord = sizeof(uint64_t);
+  for (int64_t y = 0; y < height; ++y) {
+    const uint8_t* row = mask + y * width;
+    const uint8_t* above = y > 0 ? row - width : nullptr;
+    int64_t x = 0;
+    for (; x + kWord <= width; x += kWord) {
+      uint64_t here = 0, there = 0;
+      std::memcpy(&here, row + x, kWord);
+      if (above != nullptr) {
+        std::memcpy(&there, above + x, kWord);
+      }
+      if (here != there) {
+        for (int64_t k = x; k < x + kWord; ++k) {
+          compare(row, above, k, y);
+        }
+      }
+    }
+    for (; x < width; ++x) {
+      compare(row, above, x, y);
+    }
+  }
+  column_end.assign(static_cast<size_t>(width) + 1, 0);
+  for (const int64_t x : flip_column) {
+    ++column_end[x + 1];
+  }
+  for (int64_t x = 0; x < width; ++x) {
+    column_end[x + 1] += column_end[x];
+  }
+  rows.resize(flip_row.size());
+  for (size_t j = 0; j < flip_row.size(); ++j) {
+    rows[column_end[flip_column[j]]++] = flip_row[j];  // column_end[x] ends as column x's end
+  }
+  RunWriter writer(counts);
+  int64_t j = 0;
+  for (int64_t x = 0; x < width; ++x) {
+    // A column's flips alternate background -> foreground -> background from its top.
+    for (; j < column_end[x]; j += 2) {
+      const int64_t end = j + 1 < column_end[x] ? rows[j + 1] : height;
+      writer.foreground(x * height + rows[j], x * height + end);
+    }
+    j = column_end[x];
+  }
+  writer.finish(height * width);
+}
+
+void encode_columns(const uint8_t* mask, int64_t area, Counts& counts) {
+  counts.clear();
+  bool value = false;
+  uint32_t run = 0;
+  for (int64_t i = 0; i < area; ++i) {
+    // pycocotools starts a new run whenever the byte changes; for a 0/1 mask that is the same
+    // as here, where any non-zero byte is foreground.
+    if ((mask[i] != 0) != value) {
+      counts.push_back(run);
+      run = 0;
+      value = !value;
+    }
+    ++run;
+  }
+  counts.push_back(run);
 }
 
 }  // namespace mmdet_ext::masks

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -61,6 +62,9 @@ Counts merge_counts(const std::vector<Counts>& rles, bool intersect);
 void paint_counts(const uint32_t* counts, int64_t num_counts, int64_t height, int64_t width,
                   uint8_t* image);
 
+// Refuses boxes (N, 4) with a NaN or infinite coordinate, naming the first such box.
+void check_finite_boxes(const char* op, const at::Tensor& boxes);
+
 // Checks the arguments of a crop-and-resize op: a positive output size, boxes (N, 4) float32 or
 // float64 with finite x1, y1, x2, y2, and one index in [0, num_masks) per box, returned.
 std::vector<int64_t> read_crop_boxes(const char* op, const at::Tensor& boxes,
@@ -77,5 +81,48 @@ void check_ordered_boxes(const char* op, const at::Tensor& boxes);
 
 // 1-D int32 tensor holding `counts`.
 at::Tensor counts_to_tensor(const Counts& counts);
+
+// The packed form of N RLEs: counts int32 [sum K_i], run_counts int64 [N].
+std::tuple<at::Tensor, at::Tensor> pack_counts(const std::vector<Counts>& rles);
+
+// Checks a batch of masks to encode: (N, height, width) uint8 or bool, height x width within
+// check_image_size.
+void check_mask_batch(const char* op, const at::Tensor& masks);
+
+// Counts of a mask given as its foreground spans in column-major pixel order: spans [begin, end)
+// arrive in increasing order, non-empty and not overlapping; touching spans make one run. The
+// counts start with a background run (possibly empty) and end with the last run, as pycocotools'
+// rleEncode writes them.
+class RunWriter {
+ public:
+  explicit RunWriter(Counts& counts) : counts_(counts) { counts_.clear(); }
+  void foreground(int64_t begin, int64_t end) {
+    if (begin == end_ && end_ > begin_) {
+      end_ = end;
+      return;
+    }
+    flush();
+    begin_ = begin;
+    end_ = end;
+  }
+  // Writes the last runs of a mask of `area` pixels.
+  void finish(int64_t area);
+
+ private:
+  void flush();
+
+  Counts& counts_;
+  int64_t background_begin_ = 0;
+  int64_t begin_ = 0, end_ = 0;  // the foreground span not yet written, if end_ > begin_
+};
+
+// pycocotools' rleEncode of a row-major height x width mask (non-zero bytes are foreground)
+// into `counts`, without transposing it: pixels that differ from the one above them are found a
+// machine word at a time (rows of a mask mostly repeat the row above), then walked column by
+// column.
+void encode_rows(const uint8_t* mask, int64_t height, int64_t width, Counts& counts);
+
+// The same for a column-major (Fortran-ordered) mask of `area` pixels.
+void encode_columns(const uint8_t* mask, int64_t area, Counts& counts);
 
 }  // namespace mmdet_ext::masks

@@ -9,19 +9,21 @@ wrapper's docstring is the op's contract (shapes, dtypes, units, reference), and
 """
 from .devices import deferred_pixels_device, has_kernel
 from .image import IMREAD_FLAGS, SCALE_DENOMS, decode_image
-from .masks import (Polygon, pack_counts, pack_polygons, polygons_crop_and_resize,
-                    polygons_to_masks, polygons_to_masks_into, rle_area, rle_crop_and_resize,
-                    rle_decode, rle_decode_batch, rle_decode_batch_into, rle_encode,
-                    rle_from_polygons, rle_from_string, rle_merge, rle_to_bbox, rle_to_string)
+from .masks import (Polygon, pack_counts, pack_polygons, paste_masks_to_rle,
+                    polygons_crop_and_resize, polygons_to_masks, polygons_to_masks_into, rle_area,
+                    rle_crop_and_resize, rle_decode, rle_decode_batch, rle_decode_batch_into,
+                    rle_encode, rle_encode_batch, rle_from_polygons, rle_from_string, rle_merge,
+                    rle_to_bbox, rle_to_string, to_coco_rles)
 from .pixels import (FLIP_CODES, INTERPOLATIONS, normalize_batch, resize_normalize_batch,
                      warp_image)
 
 __all__ = [
     'FLIP_CODES', 'IMREAD_FLAGS', 'INTERPOLATIONS', 'SCALE_DENOMS', 'Polygon', 'decode_image',
     'deferred_pixels_device', 'has_kernel',
-    'normalize_batch', 'pack_counts', 'pack_polygons', 'polygons_crop_and_resize',
-    'polygons_to_masks', 'polygons_to_masks_into', 'rle_area', 'rle_crop_and_resize',
-    'rle_decode', 'rle_decode_batch', 'rle_decode_batch_into',
-    'rle_encode', 'rle_from_polygons', 'rle_from_string', 'rle_merge', 'rle_to_bbox',
-    'resize_normalize_batch', 'rle_to_string', 'warp_image'
+    'normalize_batch', 'pack_counts', 'pack_polygons', 'paste_masks_to_rle',
+    'polygons_crop_and_resize', 'polygons_to_masks', 'polygons_to_masks_into', 'rle_area',
+    'rle_crop_and_resize', 'rle_decode', 'rle_decode_batch', 'rle_decode_batch_into',
+    'rle_encode', 'rle_encode_batch', 'rle_from_polygons', 'rle_from_string', 'rle_merge',
+    'rle_to_bbox',
+    'resize_normalize_batch', 'rle_to_string', 'to_coco_rles', 'warp_image'
 ]

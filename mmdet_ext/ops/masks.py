@@ -78,6 +78,39 @@ def _rle_encode_fake(mask: torch.Tensor) -> torch.Tensor:
     return _dynamic_1d(mask, torch.int32)
 
 
+def rle_encode_batch(masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """COCO RLEs of N masks in one call, packed: what ``encode_mask_results`` makes of them.
+
+    Mask i's runs equal pycocotools' ``mask.encode(np.asfortranarray(masks[i]))`` (for 0/1
+    masks; here any non-zero byte is foreground), read from the row-major masks without the
+    transposed copy pycocotools needs.
+
+    Args:
+        masks (Tensor[N, H, W] uint8/bool): on the CPU, or on a GPU (then only the counts come
+            back to the host, not the masks; reading the result's size waits for the stream).
+
+    Returns:
+        counts (Tensor[sum K_i] int32), run_counts (Tensor[N] int64), on the masks' device.
+    """
+    return torch.ops.mmdet_ext.rle_encode_batch(masks)
+
+
+@register_fake('mmdet_ext::rle_encode_batch')
+def _rle_encode_batch_fake(masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    torch._check(masks.dim() == 3)
+    return _dynamic_1d(masks, torch.int32), masks.new_empty((masks.shape[0], ),
+                                                            dtype=torch.int64)
+
+
+def to_coco_rles(counts: torch.Tensor, run_counts: torch.Tensor, height: int,
+                 width: int) -> list[dict]:
+    """N packed RLEs as the dicts pycocotools' ``mask.encode`` returns (and ``CocoMetric``
+    stores): ``{'size': [height, width], 'counts': bytes}`` with the compressed counts string."""
+    counts, run_counts = counts.cpu(), run_counts.cpu()
+    return [{'size': [height, width], 'counts': rle_to_string(rle)}
+            for rle in torch.split(counts, run_counts.tolist())]
+
+
 def rle_decode(counts: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """Decode one RLE, like ``mask.decode`` but row-major: Tensor[H, W] uint8 in {0, 1}."""
     return torch.ops.mmdet_ext.rle_decode(counts, height, width)
@@ -293,3 +326,54 @@ def _polygons_crop_and_resize_fake(coords: torch.Tensor, part_lengths: torch.Ten
                                    out_width: int) -> torch.Tensor:
     torch._check(boxes.dim() == 2 and boxes.shape[1] == 4)
     return coords.new_empty((boxes.shape[0], out_height, out_width), dtype=torch.uint8)
+
+
+def paste_masks_to_rle(masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int,
+                       threshold: float, skip_empty: bool = True) -> tuple[torch.Tensor,
+                                                                             torch.Tensor]:
+    """mmdet's test-time instance masks as packed COCO RLEs, never made at full size.
+
+    Mask i's runs equal pycocotools' ``mask.encode`` of mmdet 3.3's full-size mask: what
+    ``FCNMaskHead._predict_by_feat_single`` makes of it (``_do_paste_mask`` of ``masks[i]`` into
+    ``boxes[i]`` on a height x width image, then ``>= threshold``) and ``encode_mask_results``
+    encodes. Only the pixels the box samples are computed, column by column, so the work and
+    memory follow the boxes, not the image. ``rle_decode_batch`` gives the masks back.
+
+    ``skip_empty``: True reproduces mmdet's CPU path (each box pasted alone into its own box
+    widened by a pixel, the pixels beyond left 0), False its GPU path (every pixel of the image
+    sampled). The two differ after thresholding for boxes wider or taller than 3 M px at
+    thresholds below 0.5 (bilinear sampling still reaches the mask's edge cells one pixel
+    beyond the box), and for boxes of zero width or height (mmdet zeroes the infinite grid
+    values, which then sample the mask's middle across the whole image);
+    tests/test_predicted_masks.py shows both. Where mmdet raises (skip_empty, a box more than a
+    pixel past the image's right or bottom edge), the mask is empty.
+
+    The arithmetic is that of torch's x86-64 AVX2/AVX512 ``grid_sample`` (float32, with its
+    fused multiply-adds; csrc/masks/paste_mask.h), bit for bit; torch's scalar CPU kernel and
+    its CUDA kernel may round a value near the threshold differently. The CUDA kernel of this
+    op computes the same bits as its CPU kernel.
+
+    Args:
+        masks (Tensor[N, M_h, M_w] float32): mask probabilities, the sigmoid already applied as
+            ``_predict_by_feat_single`` does (the op does not take logits: matching torch's
+            vectorised sigmoid bit for bit would mean reproducing its exp), with the class's
+            channel picked.
+        boxes (Tensor[N, 4] float32): x1, y1, x2, y2 in output pixels (after ``rescale``), finite.
+        height, width: the output image size (``ori_shape`` when rescaling).
+        threshold: mmdet's ``mask_thr_binary`` (> 0; compared in float32 as mmdet does).
+        skip_empty: see above.
+
+    Returns:
+        counts (Tensor[sum K_i] int32), run_counts (Tensor[N] int64), on the masks' device.
+    """
+    return torch.ops.mmdet_ext.paste_masks_to_rle(masks, boxes, height, width, threshold,
+                                                  skip_empty)
+
+
+@register_fake('mmdet_ext::paste_masks_to_rle')
+def _paste_masks_to_rle_fake(masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int,
+                             threshold: float,
+                             skip_empty: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    torch._check(masks.dim() == 3 and boxes.dim() == 2)
+    return _dynamic_1d(masks, torch.int32), masks.new_empty((masks.shape[0], ),
+                                                            dtype=torch.int64)

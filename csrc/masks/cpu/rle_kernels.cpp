@@ -1,4 +1,4 @@
-// CPU kernels of the COCO RLE ops: encode / decode, the compressed string form, merge, area,
+// CPU kernels of the COCO RLE ops: encode (one mask or a batch) / decode, the compressed string form, merge, area,
 // bounding box, and crop-and-resize for the Mask R-CNN mask head. Results are bit-exact with
 // pycocotools (and, for crop-and-resize, with mmcv's CPU roi_align as mmdet calls it, through
 // the device-neutral ../roi_align_binary.h that the CUDA kernel shares).
@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -30,25 +32,39 @@ at::Tensor rle_encode_cpu(const at::Tensor& mask) {
               "rle_encode: expected a (height, width) uint8 or bool mask, got ",
               mask.scalar_type(), " with shape ", mask.sizes());
   masks::check_image_size("rle_encode", "mask", mask.size(0), mask.size(1));
-  // COCO runs go down the columns; a Fortran-ordered mask (as pycocotools wants) needs no copy.
-  const at::Tensor columns = mask.t().contiguous();
-  const uint8_t* pixel = static_cast<const uint8_t*>(columns.const_data_ptr());
-  const int64_t area = columns.numel();
   Counts counts;
-  bool value = false;
-  uint32_t run = 0;
-  for (int64_t i = 0; i < area; ++i) {
-    // pycocotools starts a new run whenever the byte changes; for a 0/1 mask that is the same
-    // as here, where any non-zero byte is foreground.
-    if ((pixel[i] != 0) != value) {
-      counts.push_back(run);
-      run = 0;
-      value = !value;
-    }
-    ++run;
+  // COCO runs go down the columns: a Fortran-ordered mask (as pycocotools wants) is read as it
+  // is, any other layout row by row.
+  const at::Tensor columns = mask.t();
+  if (columns.is_contiguous()) {
+    masks::encode_columns(static_cast<const uint8_t*>(columns.const_data_ptr()),
+                          columns.numel(), counts);
+  } else {
+    const at::Tensor rows = mask.contiguous();
+    masks::encode_rows(static_cast<const uint8_t*>(rows.const_data_ptr()), rows.size(0),
+                       rows.size(1), counts);
   }
-  counts.push_back(run);
   return masks::counts_to_tensor(counts);
+}
+
+// Masks handled per parallel task: a full-size mask is worth a task of its own.
+constexpr int64_t kMasksPerTask = 1;
+
+std::tuple<at::Tensor, at::Tensor> rle_encode_batch_cpu(const at::Tensor& masks) {
+  constexpr const char* op = "rle_encode_batch";
+  TORCH_CHECK(masks.device().is_cpu(), op, ": expected the masks on the CPU, got ",
+              masks.device());
+  masks::check_mask_batch(op, masks);
+  const at::Tensor rows = masks.contiguous();
+  const int64_t n = rows.size(0), height = rows.size(1), width = rows.size(2);
+  const uint8_t* pixels = static_cast<const uint8_t*>(rows.const_data_ptr());
+  std::vector<Counts> rles(n);
+  at::parallel_for(0, n, kMasksPerTask, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      masks::encode_rows(pixels + i * height * width, height, width, rles[i]);
+    }
+  });
+  return masks::pack_counts(rles);
 }
 
 at::Tensor rle_decode_cpu(const at::Tensor& counts, int64_t height, int64_t width) {
@@ -343,6 +359,7 @@ at::Tensor rle_crop_and_resize_cpu(const at::Tensor& counts, const at::Tensor& r
 
 TORCH_LIBRARY_IMPL(mmdet_ext, CPU, m) {
   m.impl("rle_encode", &rle_encode_cpu);
+  m.impl("rle_encode_batch", &rle_encode_batch_cpu);
   m.impl("rle_decode", &rle_decode_cpu);
   m.impl("rle_decode_batch", &rle_decode_batch_cpu);
   m.impl("rle_decode_batch_into", &rle_decode_batch_into_cpu);
