@@ -141,6 +141,45 @@ def test_rle_crop_and_resize_matches_cpu(dtype):
 
 
 @needs_cuda
+@pytest.mark.parametrize('size', [(480, 640), (37, 23), (2, 3), (5, 8)])
+@pytest.mark.parametrize('dtype', [torch.uint8, torch.bool])
+def test_rle_encode_batch_matches_cpu(size, dtype):
+    rng = np.random.default_rng(5)
+    masks, _ = random_rles(rng, 7, *size)
+    batch = torch.stack(masks + [torch.zeros(size, dtype=torch.uint8),
+                                 torch.ones(size, dtype=torch.uint8)]).to(dtype)
+    expected = ops.rle_encode_batch(batch)
+    got = ops.rle_encode_batch(batch.cuda())
+    assert all(g.is_cuda and torch.equal(g.cpu(), e) for g, e in zip(got, expected))
+    for empty in (torch.zeros(3, 0, 5, dtype=dtype), torch.zeros(0, 4, 5, dtype=dtype)):
+        assert all(torch.equal(g.cpu(), e) for g, e in zip(ops.rle_encode_batch(empty.cuda()),
+                                                          ops.rle_encode_batch(empty)))
+
+
+@needs_cuda
+@pytest.mark.parametrize('skip_empty', [True, False])
+@pytest.mark.parametrize('size', [(480, 640), (37, 23), (1, 1)])
+def test_paste_masks_to_rle_matches_cpu(skip_empty, size):
+    """Boxes of every kind (random_boxes: tiny, zero-sized, across and past the edges) and
+    probabilities smooth, noisy and within float32 steps of the threshold."""
+    rng = np.random.default_rng(6)
+    height, width = size
+    yy, xx = np.meshgrid(np.linspace(-1, 1, 28), np.linspace(-1, 1, 28), indexing='ij')
+    smooth = 1 / (1 + np.exp(-8 * (1 - (xx**2 + yy**2) * rng.uniform(0.5, 2, (40, 1, 1)))))
+    noisy = rng.random((40, 28, 28))
+    near = np.float32(0.5) + rng.integers(-4, 5, (40, 28, 28)).astype(np.float32) * 2.0**-25
+    probs = torch.from_numpy(np.concatenate([smooth, noisy, near]).astype(np.float32))
+    boxes = random_boxes(rng, 120, height, width, torch.float32)
+    expected = ops.paste_masks_to_rle(probs, boxes, height, width, 0.5, skip_empty)
+    got = ops.paste_masks_to_rle(*on_gpu(probs, boxes), height, width, 0.5, skip_empty)
+    assert all(g.is_cuda and torch.equal(g.cpu(), e) for g, e in zip(got, expected))
+    if size == (480, 640):
+        assert expected[1].gt(1).any()  # the comparison saw foreground
+    none = ops.paste_masks_to_rle(*on_gpu(probs[:0], boxes[:0]), height, width, 0.5, skip_empty)
+    assert [t.numel() for t in none] == [0, 0]
+
+
+@needs_cuda
 @pytest.mark.parametrize('reverse_channels', [False, True])
 def test_normalize_batch_matches_cpu(reverse_channels):
     rng = np.random.default_rng(4)
@@ -236,6 +275,10 @@ def test_cuda_kernels_refuse_bad_input_like_the_cpu_ones():
         ops.polygons_crop_and_resize(*on_gpu(*packed, boxes), torch.tensor([3]), (28, 28))
     with pytest.raises(RuntimeError, match='one CUDA device'):
         ops.polygons_crop_and_resize(*on_gpu(*packed), boxes, torch.tensor([0]), (28, 28))
+    with pytest.raises(RuntimeError, match='one CUDA device'):
+        ops.paste_masks_to_rle(torch.ones(1, 28, 28).cuda(), boxes, 8, 8, 0.5)
+    with pytest.raises(RuntimeError, match='box 0 has a non-finite coordinate'):
+        ops.paste_masks_to_rle(*on_gpu(torch.ones(1, 28, 28), boxes * float('nan')), 8, 8, 0.5)
     counts = torch.tensor([64], dtype=torch.int32).cuda()
     with pytest.raises(RuntimeError, match='x2 >= x1 and y2 >= y1'):
         ops.rle_crop_and_resize(counts, torch.tensor([1]).cuda(), 8, 8,
@@ -256,6 +299,8 @@ def test_opcheck_on_cuda():
         'rle_decode_batch_into': (*rles, torch.zeros(2, 12, 9, dtype=torch.uint8).cuda()),
         'polygons_to_masks_into': (*packed, torch.zeros(2, 12, 9, dtype=torch.uint8).cuda()),
         'rle_crop_and_resize': (*on_gpu(*rles), 12, 9, *on_gpu(boxes, inds), 7, 5),
+        'rle_encode_batch': (torch.stack([mask, 1 - mask]).cuda(), ),
+        'paste_masks_to_rle': (*on_gpu(torch.rand(2, 28, 28), boxes), 12, 9, 0.5),
     }
     for name, args in cases.items():
         torch.library.opcheck(getattr(OPS, name), args,
@@ -267,5 +312,7 @@ def test_has_kernel_reports_this_build():
     assert ops.has_kernel('normalize_batch', 'cpu')
     assert ops.has_kernel('polygons_crop_and_resize', torch.device('cpu'))
     assert ops.has_kernel('polygons_crop_and_resize', 'cuda') == _C.with_cuda()
+    assert ops.has_kernel('paste_masks_to_rle', 'cuda') == _C.with_cuda()
+    assert ops.has_kernel('rle_encode_batch', 'cuda') == _C.with_cuda()
     assert not ops.has_kernel('warp_image', 'cuda')  # OpenCV on the CPU only
     assert not ops.has_kernel('normalize_batch', 'meta')
