@@ -269,6 +269,15 @@ def test_work_follows_the_boxes_not_the_image():
                 mask_utils.encode(np.asfortranarray(small[i].numpy()))).tolist()
 
 
+def test_boxes_at_the_edge_of_the_largest_image_stay_inside_it():
+    """1 x (2^31 - 1) pixels: float32 rounds the width up to 2^31, the spans must not follow."""
+    width = 2**31 - 1
+    boxes = torch.tensor([[2147483520.0, 0.0, 2147483647.0, 1.0]])
+    counts, run_counts = ops.paste_masks_to_rle(torch.ones(1, 28, 28), boxes, 1, width, 0.5)
+    assert counts.to(torch.int64).sum() == width and counts.ge(0).all()
+    assert run_counts[0] == 2 and counts[1] == 127  # foreground up to the last pixel, not past
+
+
 # ----------------------------------------------------------------------------- batch encode
 @pytest.mark.parametrize('height, width', [(37, 23), (1, 1), (1, 17), (13, 1), (64, 64),
                                            (480, 640), (0, 7), (7, 0), (5, 8), (5, 9)])

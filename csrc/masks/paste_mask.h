@@ -33,8 +33,8 @@ struct PasteSpan {
 
 // skip_empty (mmdet's CPU path, which pastes one box at a time): from floor(lo) - 1 to
 // ceil(hi) + 1, clamped to the image, computed in float32 as mmdet does; mmdet raises where
-// begin > end (a box more than a pixel past the image's right or bottom edge, or one with
-// x2 < x1 - 2), which gives the empty span here. Otherwise (its GPU path) the whole image.
+// begin > end (a box more than a pixel outside the image, or one with x2 < x1 by more than about
+// two pixels), which gives the empty span here. Otherwise (its GPU path) the whole image.
 MMDET_EXT_HOST_DEVICE inline PasteSpan paste_span(float lo, float hi, int64_t size,
                                                   bool skip_empty) {
   if (!skip_empty) {
@@ -45,7 +45,9 @@ MMDET_EXT_HOST_DEVICE inline PasteSpan paste_span(float lo, float hi, int64_t si
   float end = ceilf(hi) + 1.0f;
   begin = begin < 0.0f ? 0.0f : (begin > limit ? limit : begin);
   end = end < 0.0f ? 0.0f : (end > limit ? limit : end);
-  const int64_t b = static_cast<int64_t>(begin), e = static_cast<int64_t>(end);
+  // Clamped again in integers: float32(size) may round up past the image (sizes above 2^24).
+  const int64_t b = static_cast<int64_t>(begin) < size ? static_cast<int64_t>(begin) : size;
+  const int64_t e = static_cast<int64_t>(end) < size ? static_cast<int64_t>(end) : size;
   return {b, e > b ? e : b};
 }
 

@@ -9,8 +9,9 @@ Masks come back as Tensor[..., H, W] uint8 in {0, 1}, row-major.
 Devices: every op runs on the CPU. The ops that run in a training step also have CUDA kernels,
 used when their data (``counts``/``coords``, and ``boxes``) are on a GPU, bit-identical to the
 CPU ones: ``rle_decode``, ``rle_decode_batch`` (and ``_into``), ``rle_crop_and_resize``,
-``polygons_to_masks`` (and ``_into``), ``polygons_crop_and_resize`` (kernels:
-``csrc/masks/cpu/``, ``csrc/masks/cuda/``). Their index tensors (``run_counts``,
+``polygons_to_masks`` (and ``_into``), ``polygons_crop_and_resize``; so do the test-time
+encoders ``rle_encode_batch`` and ``paste_masks_to_rle`` (kernels: ``csrc/masks/cpu/``,
+``csrc/masks/cuda/``). Their index tensors (``run_counts``,
 ``part_lengths``, ``part_counts``, ``inds``) are checked on the host and may be on either
 device; results are on the data's device. Checking reads the data on the host, so data on a GPU
 is read back (the host waits for the stream): ``rle_decode_batch_into`` and
@@ -341,12 +342,13 @@ def paste_masks_to_rle(masks: torch.Tensor, boxes: torch.Tensor, height: int, wi
 
     ``skip_empty``: True reproduces mmdet's CPU path (each box pasted alone into its own box
     widened by a pixel, the pixels beyond left 0), False its GPU path (every pixel of the image
-    sampled). The two differ after thresholding for boxes wider or taller than 3 M px at
-    thresholds below 0.5 (bilinear sampling still reaches the mask's edge cells one pixel
-    beyond the box), and for boxes of zero width or height (mmdet zeroes the infinite grid
-    values, which then sample the mask's middle across the whole image);
-    tests/test_predicted_masks.py shows both. Where mmdet raises (skip_empty, a box more than a
-    pixel past the image's right or bottom edge), the mask is empty.
+    sampled). Their thresholded masks differ (tests/test_predicted_masks.py shows both): for
+    boxes of zero width or height at any threshold (mmdet zeroes the infinite grid values, which
+    then sample the mask's middle across the whole image on the GPU path, across two pixels on
+    the CPU path), and at a threshold t < 0.5 for boxes wider or taller than 1.5 M / (0.5 - t)
+    px (bilinear sampling still reaches the mask's edge cells beyond the CPU path's span). At
+    mmdet's 0.5 only the first happens. Where mmdet's CPU path raises (a box more than a pixel
+    outside the image, or one with x2 < x1 by more than about two pixels), the mask is empty.
 
     The arithmetic is that of torch's x86-64 AVX2/AVX512 ``grid_sample`` (float32, with its
     fused multiply-adds; csrc/masks/paste_mask.h), bit for bit; torch's scalar CPU kernel and

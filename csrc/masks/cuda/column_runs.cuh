@@ -20,6 +20,8 @@
 #include "../../cuda_launch.cuh"
 
 namespace mmdet_ext::cuda {
+// Internal linkage: each .cu file that includes this header gets its own kernels.
+namespace {
 
 template <typename Column>
 __device__ bool column_pixel(const Column& column, int64_t y) {
@@ -130,4 +132,5 @@ std::tuple<at::Tensor, at::Tensor> column_runs(const Source& source, int64_t num
   return {counts, per_mask + 1};
 }
 
+}  // namespace
 }  // namespace mmdet_ext::cuda
