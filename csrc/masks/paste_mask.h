@@ -9,12 +9,14 @@
 //   u = (g + 1) * (M / 2) - 0.5                     (grid_sample's unnormalize)
 // and the value is the bilinear mix of the four mask cells around (u, v), cells outside the mask
 // reading 0. The expressions below follow torch's vectorised CPU kernel of grid_sample
-// (aten/src/ATen/native/cpu/GridSamplerKernel.cpp) as torch's x86-64 AVX2 and AVX512 builds run
-// it: GCC compiles those with FMA and contracts `(in + 1) * scaling - 0.5` and the sum of the
-// four weighted cells into fused multiply-adds, so they are written here as explicit fmaf calls
+// (aten/src/ATen/native/cpu/GridSamplerKernel.cpp) as torch 2.13's x86-64 AVX2 and AVX512
+// kernels compute it: their results are those of fused multiply-adds for
+// `(in + 1) * scaling - 0.5` and for the sum of the four weighted cells (the compiler contracts
+// them; both kernels checked with ATEN_CPU_CAPABILITY), so those are explicit fmaf calls here
 // (the rest of the build has contraction off). tests/test_predicted_masks.py pins this against
-// mmdet on random boxes; a torch running its scalar kernels (ATEN_CPU_CAPABILITY=default) rounds
-// some values differently in the last bit.
+// mmdet on random boxes and fails without either fmaf. torch's scalar kernel
+// (ATEN_CPU_CAPABILITY=default) rounds some values differently in the last bit, and so may its
+// CUDA kernel (which computes the weights as (low + 1 - u) products).
 #pragma once
 
 #include <cmath>
