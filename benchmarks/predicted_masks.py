@@ -6,7 +6,8 @@ boolean mask with ``_do_paste_mask(skip_empty=True)``, then ``>= mask_thr_binary
 ``CocoMetric.process``'s ``encode_mask_results`` (pycocotools ``encode`` of each Fortran-ordered
 copy). Ours: ``paste_masks_to_rle`` (the same RLEs, no full-size masks) and ``to_coco_rles`` (the
 same dicts with compressed strings). A third row keeps mmdet's pasting but encodes with
-``rle_encode_batch``. The sigmoid is left out of every row (all take the same probabilities).
+``rle_encode_batch``, and a second table times the encoders alone on the same full-size masks.
+The sigmoid is left out of every row (all take the same probabilities).
 
 Per image: 100 detections, box sides log-uniform from 8 px to 70 % of the image's short side,
 clipped to the image as mmdet's bbox head does, masks smooth blobs with noise. Times: median of
@@ -93,10 +94,20 @@ PATHS = {
 }
 
 
-def median_times(inputs, repeat: int) -> dict[str, float]:
-    times = {name: [] for name in PATHS}
+# Encoding alone, of the full-size masks mmdet pasted ([N, H, W] bool).
+ENCODERS = {
+    'encode_mask_results (pycocotools per mask)': lambda masks: encode_mask_results(
+        masks.numpy()),
+    'rle_encode_batch + to_coco_rles': lambda masks: ops.to_coco_rles(
+        *ops.rle_encode_batch(masks), *masks.shape[1:]),
+    'rle_encode_batch alone (packed counts)': ops.rle_encode_batch,
+}
+
+
+def median_times(paths: dict, inputs: tuple, repeat: int) -> dict[str, float]:
+    times = {name: [] for name in paths}
     for _ in range(repeat):
-        for name, fn in PATHS.items():
+        for name, fn in paths.items():
             start = time.perf_counter()
             fn(*inputs)
             times[name].append(time.perf_counter() - start)
@@ -148,7 +159,10 @@ def main() -> None:
             assert PATHS[name](*inputs) == expected, name
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            results[(height, width, threads)] = median_times(inputs, args.repeat)
+            results[(height, width, threads)] = median_times(PATHS, inputs, args.repeat)
+        torch.set_num_threads(1)
+        masks = mmdet_masks(*inputs)
+        results[(height, width, 'encode')] = median_times(ENCODERS, (masks, ), args.repeat)
         full_size_mib = DETECTIONS * height * width / 2**20
         memory = {name: peak_rss_rise_mib(name, height, width) for name in PATHS}
         results[(height, width, 'memory')] = (memory, full_size_mib)
@@ -188,6 +202,19 @@ def main() -> None:
             for name, seconds in times.items():
                 lines.append(f'| {width}x{height} | {threads} | {name} | {seconds * 1e3:.1f} | '
                              f'{times[baseline] / seconds:.1f}x |')
+    lines += [
+        '',
+        'Encoding alone: the same full-size masks (those mmdet pasted above), 1 thread.',
+        '',
+        '| image | encoder | ms / image | speed-up |',
+        '|---|---|---:|---:|',
+    ]
+    for height, width in SIZES:
+        times = results[(height, width, 'encode')]
+        reference = next(iter(ENCODERS))
+        for name, seconds in times.items():
+            lines.append(f'| {width}x{height} | {name} | {seconds * 1e3:.1f} | '
+                         f'{times[reference] / seconds:.1f}x |')
     lines += [
         '',
         'Peak host memory: how far one call lifts the process\'s peak RSS above its RSS '
