@@ -1,7 +1,7 @@
-// CPU kernels of the COCO RLE ops: encode (one mask or a batch) / decode, the compressed string form, merge, area,
-// bounding box, and crop-and-resize for the Mask R-CNN mask head. Results are bit-exact with
-// pycocotools (and, for crop-and-resize, with mmcv's CPU roi_align as mmdet calls it, through
-// the device-neutral ../roi_align_binary.h that the CUDA kernel shares).
+// CPU kernels of the COCO RLE ops: encode (one mask or a batch) / decode, the compressed string
+// form, merge, area, bounding box, and crop-and-resize for the Mask R-CNN mask head. Results are
+// bit-exact with pycocotools (and, for crop-and-resize, with mmcv's CPU roi_align as mmdet calls
+// it, through the device-neutral ../roi_align_binary.h that the CUDA kernel shares).
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -1,9 +1,10 @@
 // CUDA kernels of the RLE mask ops that run in the training step: decoding to full-size masks
 // (LazyInstanceMasks.to_tensor on a GPU) and the Mask R-CNN targets of crowd RLEs
 // (crop_and_resize); and encoding a batch of masks at test time, so that only their runs come
-// back to the host (column_runs.cuh). Bit-exact with the CPU kernels: decoding is exact by construction, and the
-// crop runs the device-neutral roi_align of ../roi_align_binary.h. Arguments are checked on the
-// host by the same code as on the CPU (counts arrive as a short list of run lengths).
+// back to the host (column_runs.cuh). Bit-exact with the CPU kernels: decoding and encoding are
+// exact by construction, and the crop runs the device-neutral roi_align of
+// ../roi_align_binary.h. Arguments are checked on the host by the same code as on the CPU
+// (counts arrive as a short list of run lengths).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAStream.h>
