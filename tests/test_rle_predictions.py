@@ -1,0 +1,146 @@
+"""Predicted masks kept as RLE: RLEFCNMaskHead and RLECocoMetric against mmdet's own.
+
+The reference is mmdet 3.3 itself: ``FCNMaskHead.predict_by_feat`` (full-size masks, its CPU
+path) followed by ``encode_mask_results``, and ``CocoMetric`` on those masks. Equality is exact:
+the same RLE dicts, the same boxes afterwards, every reported number the same.
+"""
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mmdet.structures.mask import encode_mask_results
+from mmdet.evaluation.metrics import CocoMetric
+from mmdet.models.roi_heads.mask_heads import FCNMaskHead
+from mmengine.config import Config, ConfigDict
+from mmengine.structures import InstanceData
+from pycocotools import mask as mask_utils
+from pycocotools.coco import COCO
+
+import mmdet_ext  # noqa: F401  (registers the head and the metric)
+from mmdet_ext import RLECocoMetric, RLEFCNMaskHead
+
+REPO = Path(__file__).resolve().parents[1]
+# pycocotools' Masks.__array__ predates numpy 2's copy keyword
+pytestmark = pytest.mark.filterwarnings('ignore:__array__ implementation:DeprecationWarning')
+
+
+def _detections(rng: np.random.Generator, count: int, height: int, width: int):
+    """Boxes inside a height x width image (some thin, some large), labels of 3 classes."""
+    x1 = rng.uniform(0, width - 2, count)
+    y1 = rng.uniform(0, height - 2, count)
+    w = rng.choice([0.7, 4.0, 30.0, 0.6 * width], count) * rng.uniform(0.5, 1.0, count)
+    h = rng.choice([0.7, 4.0, 30.0, 0.6 * height], count) * rng.uniform(0.5, 1.0, count)
+    boxes = np.stack([x1, y1, np.minimum(x1 + w, width), np.minimum(y1 + h, height)], 1)
+    return (torch.from_numpy(boxes).float(), torch.from_numpy(rng.integers(0, 3, count)),
+            torch.from_numpy(rng.uniform(0.05, 1.0, count)).float())
+
+
+def _predict(head, mask_preds, boxes, labels, scores, img_meta, threshold, rescale):
+    results = InstanceData(bboxes=boxes.clone(), labels=labels, scores=scores)
+    return head.predict_by_feat((mask_preds, ), [results], [img_meta],
+                                ConfigDict(mask_thr_binary=threshold), rescale=rescale)[0]
+
+
+@pytest.mark.parametrize('class_agnostic', [False, True])
+@pytest.mark.parametrize('rescale', [True, False])
+@pytest.mark.parametrize('threshold', [0.5, 0.3])
+def test_head_gives_mmdets_masks_as_rle(class_agnostic, rescale, threshold):
+    rng = np.random.default_rng(int(class_agnostic) * 4 + int(rescale) * 2 + int(threshold * 10))
+    kwargs = dict(num_convs=0, num_classes=3, in_channels=4, conv_out_channels=4,
+                  class_agnostic=class_agnostic)
+    ours, theirs = RLEFCNMaskHead(**kwargs), FCNMaskHead(**kwargs)
+    # A 427x640 original resized by (1.5, ~1.5): boxes in the resized image, as the RoI head has.
+    img_meta = dict(ori_shape=(427, 640), img_shape=(640, 960), scale_factor=(1.5, 640 / 427))
+    boxes, labels, scores = _detections(rng, 60, 640, 960)
+    mask_preds = torch.from_numpy(rng.normal(0, 3, (60, 1 if class_agnostic else 3, 28, 28)))
+    mask_preds = mask_preds.float()
+    got = _predict(ours, mask_preds, boxes, labels, scores, img_meta, threshold, rescale)
+    expected = _predict(theirs, mask_preds, boxes, labels, scores, img_meta, threshold, rescale)
+    assert isinstance(got.masks, list) and isinstance(expected.masks, torch.Tensor)
+    assert got.masks == encode_mask_results(expected.masks.numpy())
+    assert torch.equal(got.bboxes, expected.bboxes)  # rescaled in place by both, or by neither
+    assert sum(mask_utils.area(got.masks)) > 0  # the comparison saw foreground
+
+
+def test_head_keeps_mmdets_tensors_where_it_has_no_rle_form():
+    """No detections (mmdet's empty_instances) and mask_thr_binary <= 0 (all-true or soft
+    masks): mmdet's own full-size tensors."""
+    rng = np.random.default_rng(5)
+    head = RLEFCNMaskHead(num_convs=0, num_classes=3, in_channels=4, conv_out_channels=4)
+    reference = FCNMaskHead(num_convs=0, num_classes=3, in_channels=4, conv_out_channels=4)
+    img_meta = dict(ori_shape=(40, 50), img_shape=(40, 50), scale_factor=(1.0, 1.0))
+    boxes, labels, scores = _detections(rng, 5, 40, 50)
+    mask_preds = torch.from_numpy(rng.normal(0, 3, (5, 3, 28, 28))).float()
+    for threshold in (0.0, -1.0):
+        got = _predict(head, mask_preds, boxes, labels, scores, img_meta, threshold, True)
+        expected = _predict(reference, mask_preds, boxes, labels, scores, img_meta, threshold,
+                            True)
+        assert torch.equal(got.masks, expected.masks)
+    empty = _predict(head, mask_preds[:0], boxes[:0], labels[:0], scores[:0], img_meta, 0.5, True)
+    assert isinstance(empty.masks, torch.Tensor) and empty.masks.shape == (0, 40, 50)
+
+
+def _noisy_predictions(coco: COCO, rng: np.random.Generator) -> list:
+    """Per image: each ground truth instance as a detection with a jittered box, a score and its
+    mask with a few pixels flipped, plus a spurious detection (bool mask tensors, as mmdet's
+    heads give them)."""
+    samples = []
+    for img_id in sorted(coco.getImgIds()):
+        info = coco.imgs[img_id]
+        height, width = info['height'], info['width']
+        anns = coco.loadAnns(coco.getAnnIds(imgIds=[img_id], iscrowd=False))
+        masks = [coco.annToMask(a).astype(bool) for a in anns] + [np.zeros((height, width), bool)]
+        masks[-1][:height // 3, :width // 4] = True
+        masks = np.stack(masks) ^ (rng.random((len(masks), height, width)) < 0.01)
+        boxes = [a['bbox'] for a in anns] + [[0, 0, width / 4, height / 3]]
+        boxes = np.array([[x, y, x + w, y + h] for x, y, w, h in boxes]) + rng.normal(0, 2, (
+            len(masks), 4))
+        labels = [coco.getCatIds().index(a['category_id']) for a in anns] + [0]
+        samples.append(dict(
+            img_id=img_id, ori_shape=(height, width),
+            pred_instances=dict(bboxes=torch.from_numpy(boxes).float(),
+                                scores=torch.from_numpy(rng.uniform(0.1, 1, len(masks))).float(),
+                                labels=torch.tensor(labels), masks=torch.from_numpy(masks))))
+    return samples
+
+
+def test_metric_reports_cocometrics_numbers(toy_coco_root):
+    ann_file = str(toy_coco_root / 'annotations' / 'instances_val.json')
+    coco = COCO(ann_file)
+    samples = _noisy_predictions(coco, np.random.default_rng(0))
+    classes = tuple(c['name'] for c in coco.loadCats(coco.getCatIds()))
+    numbers = []
+    for metric_type in (CocoMetric, RLECocoMetric):
+        metric = metric_type(ann_file=ann_file, metric=['bbox', 'segm'])
+        metric.dataset_meta = dict(classes=classes)
+        metric.process({}, copy.deepcopy(samples))
+        numbers.append(metric.evaluate(len(samples)))
+    assert numbers[0] == numbers[1]
+    assert numbers[0]['coco/segm_mAP'] > 0.1  # the predictions overlap the ground truth
+
+
+def test_metric_takes_rle_predictions_as_they_are(toy_coco_root):
+    ann_file = str(toy_coco_root / 'annotations' / 'instances_val.json')
+    coco = COCO(ann_file)
+    samples = _noisy_predictions(coco, np.random.default_rng(1))
+    encoded = copy.deepcopy(samples)
+    for sample in encoded:
+        sample['pred_instances']['masks'] = encode_mask_results(
+            sample['pred_instances']['masks'].numpy())
+    metric = RLECocoMetric(ann_file=ann_file, metric=['segm'])
+    metric.process({}, copy.deepcopy(samples))
+    from_tensors = metric.results
+    metric.results = []
+    metric.process({}, encoded)
+    assert [r['masks'] for _, r in metric.results] == [r['masks'] for _, r in from_tensors]
+
+
+def test_config_example_builds_the_head_and_the_metric():
+    cfg = Config.fromfile(str(REPO / 'configs' / 'mask-rcnn_r18_fpn_toy-coco_rle-eval.py'))
+    from mmdet.registry import METRICS, MODELS
+    model = MODELS.build(cfg.model)
+    assert type(model.roi_head.mask_head) is RLEFCNMaskHead
+    for evaluator in (cfg.val_evaluator, cfg.test_evaluator):
+        assert type(METRICS.build(evaluator)) is RLECocoMetric
