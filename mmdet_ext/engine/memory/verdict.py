@@ -470,11 +470,12 @@ def judge_series(label: str,
                                 f'longer run does not bear out' if named_leak_at is not None
                                 else ''))
     if is_leak_rate(low):
+        needed = max(t.min_growth_mib, 3 * fit.noise)
+        why = (f'only {fit.growth:+.1f} MiB over {span:.0f} iterations after warm-up (a leak '
+               f'must show {needed:.1f} MiB)' if fit.growth < needed else
+               f'its 99% range reaches down to {fit.leak_low:+.1f} MiB/1000 iter')
         return verdict(UNKNOWN, f'allocated memory grows {slope:+.1f} MiB/1000 iter{per_epoch}, '
-                                f'but only {fit.growth:+.1f} MiB over {span:.0f} iterations '
-                                f'after warm-up (a leak must show '
-                                f'{max(t.min_growth_mib, 3 * fit.noise):.1f} MiB); a longer run '
-                                f'will tell')
+                                f'but {why}; a longer run will tell')
     return verdict(UNKNOWN, f'allocated memory {slope:+.1f} MiB/1000 iter over {span:.0f} '
                             f'iterations after warm-up, range {low:+.1f}..{high:+.1f}: both a '
                             f'leak and none fit the samples; a longer run will tell')
