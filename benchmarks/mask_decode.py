@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from pycocotools import mask as mask_utils
 
+from benchmarks import write_report
 import mmdet_ext  # noqa: F401  (registers torch.ops.mmdet_ext)
 from mmdet_ext import ops
 from mmdet_ext.toy_data import make_toy_coco
@@ -189,10 +190,7 @@ def main() -> None:
     for name, num_images, instances, coco_rate, native_rate in rows:
         lines.append(f'| {name} | {num_images} | {instances} | {coco_rate:,.0f} | '
                      f'{native_rate:,.0f} | {native_rate / coco_rate:.1f}x |')
-    text = '\n'.join(lines) + '\n'
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
+    write_report(args.out, lines)
 
 
 if __name__ == '__main__':

@@ -32,6 +32,7 @@ from mmdet.structures.mask import BitmapMasks, PolygonMasks
 from pycocotools import mask as mask_utils
 
 import mmdet_ext  # noqa: F401  (registers torch.ops.mmdet_ext)
+from benchmarks import write_report
 from benchmarks.mask_decode import best_times
 from mmdet_ext.structures import LazyInstanceMasks, RasterSource
 
@@ -220,10 +221,7 @@ def main() -> None:
     speedups = ' | '.join(f'{t["LazyInstanceMasks before"] / t["LazyInstanceMasks after"]:.1f}x'
                           for t in timings.values())
     lines.append(f'| speed-up, after vs before | {speedups} |')
-    text = '\n'.join(lines) + '\n'
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
+    write_report(args.out, lines)
 
 
 if __name__ == '__main__':

@@ -36,6 +36,7 @@ from mmdet.models.roi_heads.mask_heads.fcn_mask_head import FCNMaskHead
 from mmdet.structures.mask import encode_mask_results
 from mmengine.config import ConfigDict
 
+from benchmarks import write_report
 from mmdet_ext import ops
 
 SIZES = [(480, 640), (800, 1333)]
@@ -229,10 +230,7 @@ def main() -> None:
         memory, full_size_mib = results[(height, width, 'memory')]
         for name, mib in memory.items():
             lines.append(f'| {width}x{height} | {name} | {mib:.1f} | {full_size_mib:.1f} |')
-    text = '\n'.join(lines) + '\n'
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
+    write_report(args.out, lines)
 
 
 if __name__ == '__main__':
