@@ -29,7 +29,7 @@ try:
     from .engine import (AtomicCheckpointHook, CheckpointLoadError, CpuCheckpointLoadHook,
                          ExactResumeHook, MemoryWatchError, MemoryWatchHook, WorkerDefaultsHook,
                          load_checkpoint_to_cpu)
-    from .evaluation import RLECocoMetric
+    from .evaluation import RLECocoMetric, RLELVISMetric
     from .models import FastDetDataPreprocessor, RLEFCNMaskHead
     from .structures import LazyInstanceMasks
     from .transforms import (ImageLoadError, LoadLazyAnnotations, NativeLoadImageFromFile,
@@ -48,7 +48,7 @@ __all__ = [
     'CpuCheckpointLoadHook', 'ExactResumeHook', 'FastDetDataPreprocessor', 'ImageLoadError',
     'LazyCocoDataset', 'LazyInstanceMasks', 'LazyLVISV1Dataset', 'LoadLazyAnnotations',
     'MemoryWatchError', 'MemoryWatchHook', 'NativeLoadImageFromFile', 'NativeLoadResizeFlip',
-    'RLECocoMetric', 'RLEFCNMaskHead', 'StoreError', 'WorkerDefaultsHook', 'build_info', 'fast_collate', 'load_checkpoint_to_cpu'
+    'RLECocoMetric', 'RLEFCNMaskHead', 'RLELVISMetric', 'StoreError', 'WorkerDefaultsHook', 'build_info', 'fast_collate', 'load_checkpoint_to_cpu'
 ]
 
 

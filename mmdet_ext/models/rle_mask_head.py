@@ -23,7 +23,8 @@ class RLEFCNMaskHead(FCNMaskHead):
     (``skip_empty=True``) is reproduced on the CPU and its GPU path on a GPU, bit for bit on x86-64
     CPUs; a ``mask_thr_binary`` <= 0 (all-true or soft uint8 masks, for debugging) keeps mmdet's
     full-size tensors. Consumers of ``pred_instances.masks`` must accept RLEs: mmdet's
-    ``CocoMetric`` / ``RLECocoMetric`` do; drawing predicted masks needs mmdet's own head.
+    ``CocoMetric``, ``RLECocoMetric`` and ``RLELVISMetric`` do (mmdet's
+    ``LVISMetric`` does not); drawing predicted masks needs mmdet's own head.
     """
 
     def _predict_by_feat_single(self, mask_preds: torch.Tensor, bboxes: torch.Tensor,
