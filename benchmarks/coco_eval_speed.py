@@ -34,14 +34,13 @@ def star(rng, cx, cy, radius, points):
     return np.stack([cx + radii * np.cos(angles), cy + radii * np.sin(angles)], 1).ravel()
 
 
-def make_dataset(rng, images: int, dets: int, height: int, width: int) -> tuple[dict, list]:
-    """(ground truth json, detection results list)."""
-    gt = dict(images=[], annotations=[], categories=[dict(id=i + 1, name=f'c{i}')
-                                                      for i in range(80)])
-    results = []
+def synthetic_images(rng, images: int, dets: int, height: int, width: int):
+    """Yields one image at a time: (image info, ground truth annotations, detections), the
+    detections as Mask R-CNN's mask head has them: boxes [N, 4] xyxy float32, category ids,
+    28x28 mask logits [N, 28, 28] float32, scores."""
     for img_id in range(1, images + 1):
-        gt['images'].append(dict(id=img_id, height=height, width=width, file_name=f'{img_id}.jpg'))
-        boxes, labels = [], []
+        image = dict(id=img_id, height=height, width=width, file_name=f'{img_id}.jpg')
+        annotations, boxes, labels = [], [], []
         for _ in range(rng.integers(2, 13)):
             radius = float(np.exp(rng.uniform(np.log(6), np.log(0.35 * min(height, width)))))
             cx, cy = rng.uniform(radius, width - radius), rng.uniform(radius, height - radius)
@@ -52,10 +51,9 @@ def make_dataset(rng, images: int, dets: int, height: int, width: int) -> tuple[
             category = int(rng.integers(1, 81))
             segmentation = ({'size': rle['size'], 'counts': rle['counts'].decode()} if crowd
                             else [poly.tolist()])
-            gt['annotations'].append(dict(
-                id=len(gt['annotations']) + 1, image_id=img_id, category_id=category,
-                bbox=[x, y, w, h], area=float(mask_utils.area(rle)), iscrowd=crowd,
-                segmentation=segmentation))
+            annotations.append(dict(image_id=img_id, category_id=category, bbox=[x, y, w, h],
+                                    area=float(mask_utils.area(rle)), iscrowd=crowd,
+                                    segmentation=segmentation))
             boxes.append([x, y, x + w, y + h])
             labels.append(category)
         spurious = dets - len(boxes)
@@ -67,14 +65,31 @@ def make_dataset(rng, images: int, dets: int, height: int, width: int) -> tuple[
         boxes = np.clip(boxes, 0, [width, height, width, height]).astype(np.float32)
         labels = labels + rng.integers(1, 81, spurious).tolist()
         yy, xx = np.mgrid[0:28, 0:28] / 27.0 - 0.5
-        blobs = 1 / (1 + np.exp(-(8 - 30 * (xx ** 2 + yy ** 2) + rng.normal(0, 1, (dets, 1, 1)))))
-        counts, run_counts = ops.paste_masks_to_rle(
-            torch.from_numpy(blobs.astype(np.float32)), torch.from_numpy(boxes), height, width,
-            0.5)
-        rles = ops.to_coco_rles(counts, run_counts, height, width)
+        logits = 8 - 30 * (xx ** 2 + yy ** 2) + rng.normal(0, 1, (dets, 1, 1))
         scores = rng.uniform(0.05, 1.0, dets)
+        yield image, annotations, (boxes, labels, logits.astype(np.float32), scores)
+
+
+def categories() -> list:
+    return [dict(id=i + 1, name=f'c{i}') for i in range(80)]
+
+
+def make_dataset(rng, images: int, dets: int, height: int, width: int) -> tuple[dict, list]:
+    """(ground truth json, detection results list); masks as COCO RLE made by
+    ``paste_masks_to_rle``."""
+    gt = dict(images=[], annotations=[], categories=categories())
+    results = []
+    for image, annotations, (boxes, labels, logits, scores) in synthetic_images(
+            rng, images, dets, height, width):
+        gt['images'].append(image)
+        for annotation in annotations:
+            gt['annotations'].append(dict(id=len(gt['annotations']) + 1, **annotation))
+        probabilities = torch.from_numpy(1 / (1 + np.exp(-logits.astype(np.float64))))
+        counts, run_counts = ops.paste_masks_to_rle(
+            probabilities.float(), torch.from_numpy(boxes), height, width, 0.5)
+        rles = ops.to_coco_rles(counts, run_counts, height, width)
         for box, label, rle, score in zip(boxes.tolist(), labels, rles, scores.tolist()):
-            results.append(dict(image_id=img_id, category_id=label, score=score,
+            results.append(dict(image_id=image['id'], category_id=label, score=score,
                                 bbox=[box[0], box[1], box[2] - box[0], box[3] - box[1]],
                                 segmentation={'size': rle['size'],
                                               'counts': rle['counts'].decode()}))
