@@ -124,7 +124,8 @@ def run_head_and_process(scenario: str, side: str, images: int, ann_file: str,
                                                                 metric=['bbox', 'segm'])
     inputs = [(image['id'], detections) for image, _, detections in synthetic_images(
         np.random.default_rng(0), images, dets, height, width)]
-    one_image(head, metric_type(**metric_args), *inputs[0], height, width)  # warm-up: lazy imports, first use
+    # Warm-up (lazy imports, first allocations), out of the measurement.
+    one_image(head, metric_type(**metric_args), *inputs[0], height, width)
     metric = metric_type(**metric_args)
     paste_s = encode_s = 0.0
     before = vm_kib('VmRSS')
