@@ -264,8 +264,9 @@ def report(measured: dict, args, load: tuple) -> list:
             lines.append(f'| {scenario} | {name} | {seconds:.2f} | '
                          f'{1e3 * seconds / args.images:.1f} ms | {seconds / first:.2f}x |')
     lines += ['', '## Totals against mmdet\'s strongest CPU setting', '',
-              'mmdet\'s strongest choice a user has here is `use_mp_eval=True` (there is no faster '
-              'paste or encode to choose on the CPU); ours with the faster-coco-eval backend.', '',
+              'mmdet\'s strongest CPU setting: the faster of its evaluators, pycocotools or '
+              '`use_mp_eval=True` (COCOevalMP: processes over the CPUs); there is no faster paste '
+              'or encode to choose. Ours: the faster of our evaluators.', '',
               '| scenario | mmdet best total, s | ours best total, s | ours / mmdet best |',
               '|---|---:|---:|---:|']
     for scenario, _, _, mm, us, m in totals:

@@ -223,3 +223,40 @@ def test_lvis_metric_reports_lvismetrics_numbers(toy_coco_root, tmp_path, monkey
         numbers.append(metric.evaluate(len(samples)))
     assert numbers[0] == numbers[1] == numbers[2]
     assert numbers[0]['lvis/segm_AP'] > 0.1
+
+
+def test_result_files_are_mmdets_bytes(toy_coco_root, tmp_path):
+    """The json files RLECocoMetric writes (in one pass) are byte for byte CocoMetric's, and
+    mmdet's own writer is back in place afterwards."""
+    import mmdet.evaluation.metrics.coco_metric as coco_metric_module
+    original = coco_metric_module.dump
+    ann_file = str(toy_coco_root / 'annotations' / 'instances_val.json')
+    coco = COCO(ann_file)
+    samples = _noisy_predictions(coco, np.random.default_rng(4))
+    for metric_type in (CocoMetric, RLECocoMetric):
+        metric = metric_type(ann_file=ann_file, metric=['bbox', 'segm'], format_only=True,
+                             outfile_prefix=str(tmp_path / metric_type.__name__))
+        metric.dataset_meta = dict(classes=tuple(c['name'] for c in coco.loadCats(
+            coco.getCatIds())))
+        metric.process({}, copy.deepcopy(samples))
+        metric.evaluate(len(samples))
+    for kind in ('bbox', 'segm'):
+        ours = (tmp_path / f'RLECocoMetric.{kind}.json').read_bytes()
+        assert ours == (tmp_path / f'CocoMetric.{kind}.json').read_bytes()
+        assert len(json.loads(ours)) > len(samples)
+    assert coco_metric_module.dump is original
+
+
+def test_one_pass_json_dump_writes_what_mmengine_writes(tmp_path):
+    from mmengine.fileio import dump
+
+    from mmdet_ext.evaluation.json_dump import dump_json_in_one_pass
+    obj = [dict(image_id=np.int64(3), bbox=np.array([1.5, 2.0, 3.25, 4.0], np.float32),
+                score=np.float32(0.1), ids={1, 2}, counts='\\x01ab"', nan=float('nan'),
+                big=1e300, nested=[range(3), (0.1, -0.0)])]
+    dump(obj, str(tmp_path / 'mmengine.json'))
+    dump_json_in_one_pass(obj, tmp_path / 'ours.json')
+    assert (tmp_path / 'ours.json').read_bytes() == (tmp_path / 'mmengine.json').read_bytes()
+    # Other formats and file objects are mmengine's own dump.
+    dump_json_in_one_pass(obj[0]['ids'], str(tmp_path / 'ids.pkl'))
+    assert (tmp_path / 'ids.pkl').read_bytes() == dump(obj[0]['ids'], file_format='pkl')

@@ -5,17 +5,8 @@ faster-coco-eval (PyPI, C++) computes the same matching and accumulation as pyco
 differ from pycocotools' by at most ~2e-17 (summation order), so every number ``CocoMetric``
 reports (rounded to 3 digits) and prints is the same. It is an opt-in: pycocotools stays the
 default and the reference.
-
-``CocoMetric.compute_metrics`` builds its evaluator from the name ``COCOeval`` in its own module,
-so the backend is swapped in there for the duration of one ``compute_metrics`` call (under a lock:
-metrics are computed one at a time anyway, in the main process).
 """
-import contextlib
-import importlib
-import threading
-
 BACKENDS = ('pycocotools', 'faster_coco_eval')
-_SWAP_LOCK = threading.Lock()
 
 
 def faster_cocoeval_class() -> type:
@@ -39,20 +30,6 @@ def check_backend(backend: str, use_mp_eval: bool) -> None:
         faster_cocoeval_class()
 
 
-@contextlib.contextmanager
-def cocoeval_backend(backend: str):
-    """Within the block, mmdet's ``CocoMetric`` evaluates with ``backend``."""
-    if backend == 'pycocotools':
-        yield
-        return
-    module = importlib.import_module('mmdet.evaluation.metrics.coco_metric')
-    if not hasattr(module, 'COCOeval'):
-        raise RuntimeError(f'{module.__file__} has no COCOeval to replace: this mmdet builds its '
-                           "evaluator differently; use cocoeval_backend='pycocotools'")
-    with _SWAP_LOCK:
-        original = module.COCOeval
-        module.COCOeval = faster_cocoeval_class()
-        try:
-            yield
-        finally:
-            module.COCOeval = original
+def evaluator_replacements(backend: str) -> dict:
+    """The ``coco_metric`` globals that make ``CocoMetric`` evaluate with ``backend``."""
+    return {'COCOeval': faster_cocoeval_class()} if backend == 'faster_coco_eval' else {}

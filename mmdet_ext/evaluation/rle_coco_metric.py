@@ -5,14 +5,17 @@ mmdet's ``CocoMetric.process`` copies each image's predicted masks to the host
 them one by one with pycocotools. ``RLECocoMetric`` encodes boolean mask tensors where they are
 (``predicted_masks_as_rles``) and takes RLE predictions (``RLEFCNMaskHead``) as they are; the
 results, the gathering across ranks (RLE bytes only) and every reported number are
-``CocoMetric``'s. ``cocoeval_backend='faster_coco_eval'`` evaluates with faster-coco-eval.
+``CocoMetric``'s. Result files are written in one pass (``json_dump``: the same bytes), and
+``cocoeval_backend='faster_coco_eval'`` evaluates with faster-coco-eval.
 """
 from typing import Sequence
 
 from mmdet.evaluation.metrics import CocoMetric
 
 from ..registry import METRICS
-from .cocoeval_backend import check_backend, cocoeval_backend
+from .coco_metric_globals import replaced_coco_metric_globals
+from .cocoeval_backend import check_backend, evaluator_replacements
+from .json_dump import dump_json_in_one_pass
 from .predicted_masks import predicted_masks_as_rles
 
 
@@ -45,5 +48,6 @@ class RLECocoMetric(CocoMetric):
         super().process(data_batch, data_samples)
 
     def compute_metrics(self, results: list) -> dict:
-        with cocoeval_backend(self.cocoeval_backend):
+        with replaced_coco_metric_globals(required=evaluator_replacements(self.cocoeval_backend),
+                                          optional={'dump': dump_json_in_one_pass}):
             return super().compute_metrics(results)
