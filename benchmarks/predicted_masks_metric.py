@@ -21,7 +21,7 @@ Stages, per image then summed over the set:
 - **gather**: what ``collect_results`` sends between ranks: the pickled results (the same bytes on
   both sides, since mmdet's metric holds RLEs after ``process`` too), pickled and unpickled once;
 - **evaluate**: ``compute_metrics`` (results to json, loadRes, COCOeval or LVISEval, bbox and segm)
-  with pycocotools (both), mmdet's ``use_mp_eval=True`` (its strongest setting: COCOevalMP over
+  with pycocotools (both), mmdet's ``use_mp_eval=True`` (COCOevalMP: processes over
   the CPUs) and ours with ``cocoeval_backend='faster_coco_eval'`` where that package is installed.
 
 Paste and encode run in a fresh process per path, 1 torch thread (both sides; mmdet's many small
