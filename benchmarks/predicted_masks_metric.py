@@ -134,10 +134,9 @@ def run_head_and_process(scenario: str, side: str, images: int, ann_file: str,
         paste, encode = one_image(head, metric, img_id, detections, height, width)
         paste_s, encode_s = paste_s + paste, encode_s + encode
     peak_mib = (vm_kib('VmHWM') - before) / 1024
-    retained_mib = (vm_kib('VmRSS') - before) / 1024  # the results, held to the end
     with open(out, 'wb') as f:
         pickle.dump(dict(paste_s=paste_s, encode_s=encode_s, peak_mib=peak_mib,
-                         retained_mib=retained_mib, results=metric.results), f)
+                         results=metric.results), f)
 
 
 def head_and_process(scenario: str, side: str, images: int, ann_file: str) -> dict:
@@ -248,19 +247,14 @@ def report(measured: dict, args, load: tuple) -> list:
                      f'**{total_ours / total_mmdet:.3f}x** |')
         totals.append((scenario, total_mmdet, total_ours, mm, us, m))
     lines += ['', '## Per image and memory', '',
-              'Peak: the largest RSS rise over the loop (both hold the accumulated results). '
-              'Retained: the RSS rise at its end (the results). Masks: peak minus retained, the '
-              'memory that existed only while an image\'s masks were made and encoded.', '',
-              '| scenario | mmdet ms/img (paste + encode) | ours ms/img | mmdet peak / retained / '
-              'masks, MiB | ours, MiB | masks, ours / mmdet | full-size masks of one image, MiB '
-              '| results (pickled), MiB |', '|---|---:|---:|---:|---:|---:|---:|---:|']
+              '| scenario | mmdet ms/img (paste + encode) | ours ms/img | mmdet peak RSS rise, MiB '
+              '| ours, MiB | ours / mmdet | full-size masks of one image, MiB | results held '
+              '(pickled), MiB |', '|---|---:|---:|---:|---:|---:|---:|---:|']
     for scenario, _, _, mm, us, m in totals:
         height, width, dets, _ = SCENARIOS[scenario]
         per = [1e3 * (s['paste_s'] + s['encode_s']) / args.images for s in (mm, us)]
-        masks = [max(s['peak_mib'] - s['retained_mib'], 0.0) for s in (mm, us)]
-        lines.append(f'| {scenario} | {per[0]:.1f} | {per[1]:.1f} | {mm["peak_mib"]:.1f} / '
-                     f'{mm["retained_mib"]:.1f} / {masks[0]:.1f} | {us["peak_mib"]:.1f} / '
-                     f'{us["retained_mib"]:.1f} / {masks[1]:.1f} | {masks[1] / masks[0]:.3f}x | '
+        lines.append(f'| {scenario} | {per[0]:.1f} | {per[1]:.1f} | {mm["peak_mib"]:.1f} | '
+                     f'{us["peak_mib"]:.1f} | {us["peak_mib"] / mm["peak_mib"]:.3f}x | '
                      f'{dets * height * width / 2**20:.1f} | {m["gather"][0]:.1f} |')
     lines += ['', '## Evaluators, whole set', '',
               '| scenario | evaluator | s | s / image | vs the first |', '|---|---|---:|---:|---:|']
