@@ -1,10 +1,12 @@
 """Shared fixtures: a small toy COCO dataset on disk, running the main job on it, and clean
 checkpoint loaders per test."""
+import gc
 import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
 
+import psutil
 import pytest
 
 from mmdet_ext._compat import checkpoint_schemes, set_checkpoint_schemes
@@ -32,6 +34,26 @@ def _restore_checkpoint_schemes():
     schemes = checkpoint_schemes()
     yield
     set_checkpoint_schemes(schemes)
+
+
+@pytest.fixture(autouse=True)
+def _end_forked_workers():
+    """A Runner (or a DataLoader iterator) that a test leaves in a reference cycle keeps its
+    persistent workers alive until the cycle is collected: up to 10 of them were still running
+    when the suite ended, and pytest then waited about 50 s for their shutdown at exit. When a
+    test leaves forked children of this process, collect the cycles so the workers end now."""
+    yield
+    me = psutil.Process()
+    forks = [child for child in me.children() if _is_live_fork(child, me)]
+    if forks:
+        gc.collect()
+
+
+def _is_live_fork(child: psutil.Process, parent: psutil.Process) -> bool:
+    try:
+        return child.status() != psutil.STATUS_ZOMBIE and child.cmdline() == parent.cmdline()
+    except psutil.Error:  # it ended meanwhile
+        return False
 
 
 @pytest.fixture(scope='session')
