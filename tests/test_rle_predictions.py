@@ -107,6 +107,16 @@ def _noisy_predictions(coco: COCO, rng: np.random.Generator) -> list:
     return samples
 
 
+def _encoded(samples: list) -> list:
+    """A copy of the predictions with their masks as mmdet's RLE dicts (as RLEFCNMaskHead
+    gives them)."""
+    encoded = copy.deepcopy(samples)
+    for sample in encoded:
+        sample['pred_instances']['masks'] = encode_mask_results(
+            sample['pred_instances']['masks'].numpy())
+    return encoded
+
+
 def test_metric_reports_cocometrics_numbers(toy_coco_root):
     ann_file = str(toy_coco_root / 'annotations' / 'instances_val.json')
     coco = COCO(ann_file)
@@ -126,10 +136,7 @@ def test_metric_takes_rle_predictions_as_they_are(toy_coco_root):
     ann_file = str(toy_coco_root / 'annotations' / 'instances_val.json')
     coco = COCO(ann_file)
     samples = _noisy_predictions(coco, np.random.default_rng(1))
-    encoded = copy.deepcopy(samples)
-    for sample in encoded:
-        sample['pred_instances']['masks'] = encode_mask_results(
-            sample['pred_instances']['masks'].numpy())
+    encoded = _encoded(samples)
     metric = RLECocoMetric(ann_file=ann_file, metric=['segm'])
     metric.process({}, copy.deepcopy(samples))
     from_tensors = metric.results
@@ -209,10 +216,7 @@ def test_lvis_metric_reports_lvismetrics_numbers(toy_coco_root, tmp_path, monkey
                              tmp_path / 'lvis_val.json')
     coco = COCO(ann_file)
     samples = _noisy_predictions(coco, np.random.default_rng(3))
-    encoded = copy.deepcopy(samples)
-    for sample in encoded:
-        sample['pred_instances']['masks'] = encode_mask_results(
-            sample['pred_instances']['masks'].numpy())
+    encoded = _encoded(samples)
     classes = tuple(c['name'] for c in coco.loadCats(coco.getCatIds()))
     numbers = []
     for metric_type, predictions in ((LVISMetric, samples), (RLELVISMetric, samples),
