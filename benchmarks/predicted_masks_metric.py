@@ -227,7 +227,6 @@ def report(measured: dict, args, load: tuple) -> list:
         '## Per stage, whole set', '',
         '| scenario | stage | mmdet, s | ours, s | ours / mmdet |', '|---|---|---:|---:|---:|',
     ]
-    totals = []
     for scenario, m in measured.items():
         mm, us = m['sides']['mmdet'], m['sides']['ours']
         evals = {name: seconds for name, (_, seconds) in m['evaluations'].items()}
@@ -245,7 +244,6 @@ def report(measured: dict, args, load: tuple) -> list:
         total_ours = sum(b for _, _, b in rows)
         lines.append(f'| {scenario} | **total** | **{total_mmdet:.1f}** | **{total_ours:.1f}** | '
                      f'**{total_ours / total_mmdet:.3f}x** |')
-        totals.append((scenario, total_mmdet, total_ours, mm, us, m))
     lines += ['', '## Per image and memory', '',
               'Peak RSS rise over the whole loop of 500 images. Both sides hold the accumulated '
               'results (RLE dicts, about the size of their pickle), and glibc keeps some freed '
@@ -256,7 +254,8 @@ def report(measured: dict, args, load: tuple) -> list:
               '| scenario | mmdet ms/img (paste + encode) | ours ms/img | mmdet peak RSS rise, MiB '
               '| ours, MiB | ours / mmdet | full-size masks of one image, MiB | results held '
               '(pickled), MiB |', '|---|---:|---:|---:|---:|---:|---:|---:|']
-    for scenario, _, _, mm, us, m in totals:
+    for scenario, m in measured.items():
+        mm, us = m['sides']['mmdet'], m['sides']['ours']
         height, width, dets, _ = SCENARIOS[scenario]
         per = [1e3 * (s['paste_s'] + s['encode_s']) / args.images for s in (mm, us)]
         lines.append(f'| {scenario} | {per[0]:.1f} | {per[1]:.1f} | {mm["peak_mib"]:.1f} | '
@@ -275,7 +274,8 @@ def report(measured: dict, args, load: tuple) -> list:
               'or encode to choose. Ours: the faster of our evaluators.', '',
               '| scenario | mmdet best total, s | ours best total, s | ours / mmdet best |',
               '|---|---:|---:|---:|']
-    for scenario, _, _, mm, us, m in totals:
+    for scenario, m in measured.items():
+        mm, us = m['sides']['mmdet'], m['sides']['ours']
         evals = {name: seconds for name, (_, seconds) in m['evaluations'].items()}
         best_mmdet = min(s for n, s in evals.items() if 'mmdet' in n)
         best_ours = min(s for n, s in evals.items() if 'mmdet' not in n)
