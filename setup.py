@@ -235,11 +235,19 @@ def build_config(with_cuda: bool) -> dict:
 
 
 class BuildExtensionWithConfig(BuildExtension):
-    """torch's BuildExtension, also writing BUILD_CONFIG_NAME beside the built extension."""
+    """torch's BuildExtension, refusing an extension that carries its own libstdc++
+    (mmdet_ext/_own_libstdcxx.py), and writing BUILD_CONFIG_NAME beside the built extension."""
 
     def run(self) -> None:
         super().run()
+        own_libstdcxx = load_package_module('_own_libstdcxx')
+        compiler = os.environ.get('CXX', 'c++')
         for ext in self.extensions:
+            for built in {Path(self.get_ext_fullpath(ext.name)),
+                          Path(self.build_lib) / self.get_ext_filename(ext.name)}:
+                if built.is_file() and (message := own_libstdcxx.problem(built, compiler)):
+                    built.unlink()
+                    sys.exit(f'setup.py: {message}')
             target = Path(self.get_ext_fullpath(ext.name)).parent / BUILD_CONFIG_NAME
             target.write_text(json.dumps(build_config(building_for_cuda()[0]), indent=1) + '\n')
 

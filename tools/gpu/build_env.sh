@@ -18,3 +18,11 @@ if ! python3 -c "import pkg_resources" 2>/dev/null; then
   fi
   export PYTHONPATH=$private_setuptools${PYTHONPATH:+:$PYTHONPATH}
 fi
+
+# The compiler. The GPU image's default C++ compiler (/opt/gcc/bin/g++, seen 2026-11-25) links
+# libstdc++ statically: an extension built with it carries a second libstdc++, and its error
+# messages crash the process (mmdet_ext/_own_libstdcxx.py; setup.py refuses such a build). The
+# distribution's gcc links the shared libstdc++ that torch uses; nvcc takes CC as its host compiler.
+if [ -x /usr/bin/g++ ] && [ -x /usr/bin/gcc ]; then
+  export CC=/usr/bin/gcc CXX=/usr/bin/g++
+fi

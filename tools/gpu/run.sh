@@ -60,6 +60,8 @@ log "building mmdet_ext: $(python3 mmdet_ext/_build_choice.py)"
 python3 -m pip install --quiet --no-deps --no-build-isolation -e .
 bash tools/gpu/build_mmcv_ops.sh --wait
 log "installs and builds took ${SECONDS} s"
+# MMDET_EXT_GPU_BUILD_ONLY=1: stop here (a session that runs the tests before the measurements).
+[ "${MMDET_EXT_GPU_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 # 4. The measurements.
 python3 tools/gpu/harness.py "$@"
