@@ -1,4 +1,4 @@
-"""setup.py refuses an extension that carries its own copy of libstdc++ (mmdet_ext/_own_libstdcxx.py).
+"""setup.py refuses an extension carrying its own libstdc++ (mmdet_ext/_own_libstdcxx.py).
 
 A GPU machine's default compiler linked libstdc++ statically into mmdet_ext._C, and every error
 message with a number in it crashed the process. These tests build two small libraries with the
