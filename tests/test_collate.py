@@ -42,6 +42,7 @@ def _mixed_size_batch(dataset) -> list[dict]:
     return batch
 
 
+@needs_native_decoding
 def test_pads_like_stack_batch_and_keeps_every_other_key(toy_coco_root):
     batch = _mixed_size_batch(_dataset(toy_coco_root))
     out = fast_collate(batch, pad_size_divisor=32, pad_value=7)
@@ -52,6 +53,7 @@ def test_pads_like_stack_batch_and_keeps_every_other_key(toy_coco_root):
     assert [id(s) for s in out['data_samples']] == [id(s['data_samples']) for s in batch]
 
 
+@needs_native_decoding
 def test_never_mutates_the_samples_it_receives(toy_coco_root):
     batch = _mixed_size_batch(_dataset(toy_coco_root))
     snapshot = [(sample['inputs'].clone(), copy.deepcopy(sample['data_samples']))
@@ -69,6 +71,7 @@ def test_never_mutates_the_samples_it_receives(toy_coco_root):
                            data_sample.gt_instances.bboxes.tensor)
 
 
+@needs_native_decoding
 def test_batches_without_the_fast_path_are_collated_as_pseudo_collate_does(toy_coco_root):
     batch = _mixed_size_batch(_dataset(toy_coco_root))
     batch[2]['inputs'] = batch[2]['inputs'][:1]  # one batch, two channel counts
@@ -80,6 +83,7 @@ def test_batches_without_the_fast_path_are_collated_as_pseudo_collate_does(toy_c
         fast_collate([])
 
 
+@needs_native_decoding
 def test_preprocessor_output_equals_mmdet(toy_coco_root):
     """Same images, metainfo and padded masks as pseudo_collate + DetDataPreprocessor."""
     dataset = _dataset(toy_coco_root)
@@ -96,6 +100,7 @@ def test_preprocessor_output_equals_mmdet(toy_coco_root):
         assert torch.equal(mine.gt_instances.bboxes, theirs.gt_instances.bboxes)
 
 
+@needs_native_decoding
 def test_preprocessor_passes_lists_to_mmdet(toy_coco_root):
     dataset = _dataset(toy_coco_root)
     ours = FastDetDataPreprocessor(**PREPROCESSOR)(pseudo_collate(_mixed_size_batch(dataset)))
@@ -104,6 +109,7 @@ def test_preprocessor_passes_lists_to_mmdet(toy_coco_root):
 
 
 @pytest.mark.parametrize('num_workers', [0, 2])
+@needs_native_decoding
 def test_dataloader_batches_equal_in_process_and_in_workers(toy_coco_root, num_workers):
     dataset = _dataset(toy_coco_root)
     expected = [fast_collate([dataset[i] for i in range(start, start + 3)])
@@ -155,6 +161,7 @@ def test_normalize_batch_op_equals_torch_and_checks_its_inputs():
         ops.normalize_batch(images, mean[:2], std, True, sizes)
 
 
+@needs_native_decoding
 def test_preprocessor_without_normalisation_or_channel_swap(toy_coco_root):
     options = dict(pad_size_divisor=32, pad_value=5)
     dataset = _dataset(toy_coco_root)

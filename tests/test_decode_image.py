@@ -12,6 +12,10 @@ from PIL import Image
 from helpers.torch_features import requires_opcheck
 import mmdet_ext  # noqa: F401  (registers torch.ops.mmdet_ext)
 from mmdet_ext.ops import IMREAD_FLAGS, SCALE_DENOMS, decode_image
+from helpers.build import needs_native_decoding
+
+# Every test here decodes images: a build without OpenCV (docs/build.md) skips them.
+pytestmark = needs_native_decoding
 
 # A JPEG whose scan has one flipped bit (EOI intact): libjpeg warns "Corrupt JPEG data: 13
 # extraneous bytes before marker 0xd9" and cv2.imdecode returns wrong pixels (docs/fuzzing.md).

@@ -18,6 +18,10 @@ from mmdet_ext import (FastDetDataPreprocessor, LazyCocoDataset, LoadLazyAnnotat
                        NativeLoadResizeFlip, fast_collate)
 from mmdet_ext.engine import DevicePrefetcher, RecordingStreams
 from mmdet_ext.transforms import DEFERRED_META_KEYS
+from helpers.build import needs_native_decoding
+
+# Every test here decodes images: a build without OpenCV (docs/build.md) skips them.
+pytestmark = needs_native_decoding
 
 CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
 PREPROCESSOR = dict(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],

@@ -12,6 +12,10 @@ from mmdet.datasets.transforms import RandomFlip, Resize
 from helpers.torch_features import requires_opcheck
 from mmdet_ext import ImageLoadError, LazyCocoDataset, NativeLoadResizeFlip, ops
 from mmdet_ext.transforms import LoadLazyAnnotations
+from helpers.build import needs_native_decoding
+
+# Every test here decodes images: a build without OpenCV (docs/build.md) skips them.
+pytestmark = needs_native_decoding
 
 CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
 RESULT_KEYS = ('ori_shape', 'img_shape', 'scale', 'scale_factor', 'keep_ratio', 'flip',

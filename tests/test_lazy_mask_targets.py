@@ -9,6 +9,7 @@ from mmdet.structures.mask import BitmapMasks, PolygonMasks
 from pycocotools import mask as mask_utils
 
 from mmdet_ext.structures import LazyInstanceMasks, LazyPolygonMasks, RasterSource
+from helpers.build import needs_native_decoding
 
 HEIGHT, WIDTH = 96, 128
 DEVICES = ['cpu', pytest.param('cuda', marks=pytest.mark.skipif(
@@ -82,6 +83,7 @@ def _boxes(rng, n: int, dtype) -> np.ndarray:
 
 @pytest.mark.parametrize('dtype', [np.float32, np.float64])
 @pytest.mark.parametrize('out_shape', [(28, 28), (14, 9)])
+@needs_native_decoding
 def test_crop_and_resize_equals_mmdet_per_instance(tmp_path, dtype, out_shape):
     rng = np.random.default_rng(0)
     lazy = _mixed(rng, tmp_path)
@@ -97,6 +99,7 @@ def test_crop_and_resize_equals_mmdet_per_instance(tmp_path, dtype, out_shape):
 
 @pytest.mark.parametrize('to_inds', [list, np.asarray, torch.tensor, lambda i: torch.tensor(
     i, dtype=torch.int32)], ids=['list', 'ndarray', 'tensor', 'int32-tensor'])
+@needs_native_decoding
 def test_crop_and_resize_accepts_every_index_form(tmp_path, to_inds):
     rng = np.random.default_rng(1)
     lazy = _mixed(rng, tmp_path)
@@ -160,6 +163,7 @@ def test_interpolation_is_ignored_as_in_mmdet(tmp_path):
     np.testing.assert_array_equal(targets, np.stack(expected))
 
 
+@needs_native_decoding
 def test_soft_targets_go_through_bitmap_masks(tmp_path):
     rng = np.random.default_rng(5)
     lazy = _mixed(rng, tmp_path)
@@ -174,6 +178,7 @@ def test_soft_targets_go_through_bitmap_masks(tmp_path):
         lazy.crop_and_resize(boxes[:1], (28, 28), [0], binarize=False)
 
 
+@needs_native_decoding
 def test_areas_equal_mmdet_exactly(tmp_path):
     """The bitmap flavour counts pixels (BitmapMasks), the polygon flavour uses the shoelace
     formula (PolygonMasks)."""
@@ -187,6 +192,7 @@ def test_areas_equal_mmdet_exactly(tmp_path):
                                       PolygonMasks(polygons, HEIGHT, WIDTH).areas)
 
 
+@needs_native_decoding
 def test_get_bboxes_equal_mmdet_exactly(tmp_path):
     for seed in range(5):
         lazy = _mixed(np.random.default_rng(seed), tmp_path)
@@ -213,6 +219,7 @@ def test_polygon_bboxes_start_from_mmdet_bounds():
 
 
 @pytest.mark.parametrize('device', DEVICES)
+@needs_native_decoding
 def test_to_tensor_on_device_equals_to_ndarray_and_mmdet(tmp_path, device):
     """Polygons and plain RLEs are rasterised on the device; the result is to_ndarray's, which
     is mmdet's PolygonMasks / BitmapMasks to_ndarray per instance."""
