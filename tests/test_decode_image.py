@@ -429,8 +429,21 @@ def test_unsupported_scale_denom_is_rejected(scale_denom):
         decode_image(data, 'color', scale_denom)
 
 
+@pytest.mark.parametrize('ext, color_type, channels, scale_denom', [
+    ('.jpg', 'color', 3, 1), ('.jpg', 'color', 3, 2), ('.jpg', 'grayscale', 3, 4),
+    ('.png', 'unchanged', 4, 1), ('.png', 'color', 1, 1), ('.png', 'grayscale', 3, 1)])
+def test_planar_is_the_interleaved_result_laid_out_channel_planar(ext, color_type, channels,
+                                                                  scale_denom):
+    data = _encode(_random_image(8, 37, 53, channels), ext)
+    interleaved = decode_image(data, color_type, scale_denom)
+    planar = decode_image(data, color_type, scale_denom, planar=True)
+    assert planar.is_contiguous() and planar.dtype == torch.uint8
+    assert torch.equal(planar, interleaved.permute(2, 0, 1))
+
+
 @requires_opcheck
-@pytest.mark.parametrize('ext, args', [('.png', (1, )), ('.jpg', (1, )), ('.jpg', (0, 4))])
+@pytest.mark.parametrize('ext, args', [('.png', (1, )), ('.jpg', (1, )), ('.jpg', (0, 4)),
+                                       ('.jpg', (1, 2, None, True)), ('.png', (0, 1, None, True))])
 def test_opcheck(ext, args):
     data = _encode(_random_image(7, 16, 24, 3), ext)
     torch.library.opcheck(torch.ops.mmdet_ext.decode_image.default, (data, *args),

@@ -86,6 +86,12 @@ def test_transform_writes_the_worker_results_but_keeps_the_decoded_image(toy_coc
                                                 'flip_direction': eager['flip_direction'],
                                                 'interpolation': resize.get('interpolation',
                                                                             'bilinear')}
+            # Decoded channel-planar: PackDetInputs' CHW tensor is the decoded pixels, uncopied.
+            packed = PackDetInputs(meta_keys=DEFERRED_META_KEYS)(deferred)
+            assert packed['inputs'].is_contiguous()
+            assert np.shares_memory(packed['inputs'].numpy(), deferred['img'])
+            assert torch.equal(packed['inputs'], torch.from_numpy(
+                np.ascontiguousarray(deferred['img'].transpose(2, 0, 1))))
 
 
 def _assert_same_batches(ours, reference):

@@ -1,6 +1,8 @@
 // CPU kernel of mmdet_ext::decode_image: decode_image_to_mat (image_decoder.h) into a tensor that
-// owns the cv::Mat, so the pixels are never copied after decoding. A build without OpenCV or
-// libjpeg registers a kernel that says so instead (optional_libraries.h).
+// owns the cv::Mat, so the pixels are never copied after decoding; or, with `planar`, split once
+// into channel planes ([C, H, W]), the layout PackDetInputs produces, so that it copies nothing.
+// A build without OpenCV or libjpeg registers a kernel that says so instead
+// (optional_libraries.h).
 #include <c10/util/Optional.h>
 
 #include <torch/library.h>
@@ -8,6 +10,9 @@
 
 #if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
 #include <memory>
+#include <vector>
+
+#include <opencv2/core.hpp>
 
 #include "image_decoder.h"
 #else
@@ -23,7 +28,7 @@ namespace {
 #if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
 
 at::Tensor decode_image_cpu(const at::Tensor& data, int64_t flags, int64_t scale_denom,
-                            c10::optional<int64_t> max_pixels) {
+                            c10::optional<int64_t> max_pixels, bool planar) {
   TORCH_CHECK(data.device().is_cpu(), "decode_image: expected the encoded bytes on the CPU, got ",
               data.device());
   TORCH_CHECK(data.scalar_type() == at::kByte && data.dim() == 1,
@@ -38,15 +43,28 @@ at::Tensor decode_image_cpu(const at::Tensor& data, int64_t flags, int64_t scale
   const int64_t height = decoded->rows;
   const int64_t width = decoded->cols;
   const int64_t channels = decoded->channels();
+  if (planar && channels > 1) {
+    at::Tensor out = at::empty({channels, height, width}, at::kByte);
+    std::vector<cv::Mat> planes;
+    for (int64_t c = 0; c < channels; ++c) {
+      planes.emplace_back(static_cast<int>(height), static_cast<int>(width), CV_8UC1,
+                          out.data_ptr<uint8_t>() + c * height * width);
+    }
+    // Each plane already has its size and type, so cv::split writes into `out`'s memory.
+    cv::split(*decoded, planes);
+    return out;
+  }
   // The deleter keeps the Mat (and its pixel buffer) alive exactly as long as the tensor.
+  const std::vector<int64_t> shape = planar ? std::vector<int64_t>{channels, height, width}
+                                            : std::vector<int64_t>{height, width, channels};
   return torch::from_blob(
-      decoded->data, {height, width, channels}, [decoded](void*) mutable { decoded.reset(); },
+      decoded->data, shape, [decoded](void*) mutable { decoded.reset(); },
       torch::TensorOptions().dtype(torch::kUInt8));
 }
 
 #else
 
-at::Tensor decode_image_cpu(const at::Tensor&, int64_t, int64_t, c10::optional<int64_t>) {
+at::Tensor decode_image_cpu(const at::Tensor&, int64_t, int64_t, c10::optional<int64_t>, bool) {
 #ifdef MMDET_EXT_WITH_OPENCV
   fail_built_without("decode_image", "libjpeg");
 #else

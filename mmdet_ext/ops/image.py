@@ -19,7 +19,7 @@ SCALE_DENOMS = (1, 2, 4, 8)  # libjpeg's reduced-size DCT decoding, cv2.IMREAD_R
 
 
 def decode_image(data: torch.Tensor, color_type: str = 'color', scale_denom: int = 1,
-                 max_pixels: Optional[int] = None) -> torch.Tensor:
+                 max_pixels: Optional[int] = None, planar: bool = False) -> torch.Tensor:
     """Decode an encoded image (JPEG, PNG, ...), bit-exact with ``cv2.imdecode``.
 
     JPEGs are decoded by libjpeg directly, with OpenCV's settings, and corrupt entropy-coded data
@@ -36,9 +36,13 @@ def decode_image(data: torch.Tensor, color_type: str = 'color', scale_denom: int
         max_pixels: refuse an image of more pixels (None: ``mmdet_ext.io.DEFAULT_MAX_PIXELS``).
             A JPEG is refused on its declared size, before anything is allocated; other formats
             after OpenCV decodes them (OpenCV itself refuses more than 2^30 before allocating).
+        planar: return the channels as planes, Tensor[C, H, W] (split once in C++, as the
+            decoder's rows come out interleaved): the layout ``PackDetInputs`` produces, so an
+            ``img`` that is an HxWxC view of it reaches the model without another copy.
 
     Returns:
-        Tensor[H, W, C] uint8 in BGR order (C = 1 for grayscale, 1/3/4 for 'unchanged').
+        Tensor[H, W, C] uint8 in BGR order (C = 1 for grayscale, 1/3/4 for 'unchanged'), or
+        Tensor[C, H, W] with ``planar``.
 
     Raises:
         RuntimeError: empty, truncated, corrupt, undecodable or too large data.
@@ -48,15 +52,15 @@ def decode_image(data: torch.Tensor, color_type: str = 'color', scale_denom: int
     if scale_denom not in SCALE_DENOMS:
         raise ValueError(f'scale_denom must be one of {SCALE_DENOMS}, got {scale_denom!r}')
     return torch.ops.mmdet_ext.decode_image(data, IMREAD_FLAGS[color_type], int(scale_denom),
-                                            max_pixels)
+                                            max_pixels, bool(planar))
 
 
 @register_fake('mmdet_ext::decode_image')
 def _decode_image_fake(data: torch.Tensor, flags: int, scale_denom: int = 1,
-                       max_pixels: Optional[int] = None) -> torch.Tensor:
+                       max_pixels: Optional[int] = None, planar: bool = False) -> torch.Tensor:
     torch._check(data.dtype == torch.uint8 and data.dim() == 1)
     ctx = torch.library.get_ctx()
     height, width = ctx.new_dynamic_size(), ctx.new_dynamic_size()
     channels = ctx.new_dynamic_size() if flags == IMREAD_FLAGS['unchanged'] else (
         1 if flags & 1 == 0 else 3)
-    return data.new_empty((height, width, channels))
+    return data.new_empty((channels, height, width) if planar else (height, width, channels))

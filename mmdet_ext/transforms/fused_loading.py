@@ -51,7 +51,8 @@ class NativeLoadResizeFlip(BaseTransform):
     Only 8-bit images (``to_float32`` converts at the end) and the cv2 backend are supported.
 
     ``pixels_on='device'`` (docs/deferred_pixels.md) defers the pixel work: ``img`` stays as
-    decoded (uint8, BGR, the reduced-size decode still applies) and every other key is what
+    decoded (uint8, BGR, the reduced-size decode still applies; an HxWxC view of channel-planar
+    memory, so ``PackDetInputs`` copies nothing) and every other key is what
     ``pixels_on='worker'`` writes (``img_shape``, ``scale_factor``, ``flip``, boxes, masks,
     homography: the final geometry). ``results['pending_warp']`` records what remains,
     ``{'out_shape': (h, w), 'flip_direction': ..., 'interpolation': ...}``; add
@@ -163,10 +164,14 @@ class NativeLoadResizeFlip(BaseTransform):
         take the target from what was decoded, so the result is always mmdet's.
         """
         encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
+        # Deferred pixels go from here to PackDetInputs untouched: decoded channel-planar, the
+        # HWC view it receives is already laid out as the CHW tensor it makes, so it copies nothing.
+        planar = self.pixels_on == 'device'
         if header is not None:
             scale, (out_w, out_h) = self._target_size(header.width, header.height)
             denom = self._scale_denom(header, out_w, out_h)
-            image = decode_file_bytes(encoded, filename, self.color_type, denom, self.max_pixels)
+            image = decode_file_bytes(encoded, filename, self.color_type, denom, self.max_pixels,
+                                      planar)
             if tuple(image.shape[:2]) == (ceil_div(header.height, denom),
                                           ceil_div(header.width, denom)):
                 return image, (header.width, header.height), scale, (out_w, out_h)
@@ -174,7 +179,8 @@ class NativeLoadResizeFlip(BaseTransform):
                 height, width = image.shape[:2]
                 scale, out_size = self._target_size(width, height)
                 return image, (width, height), scale, out_size
-        image = decode_file_bytes(encoded, filename, self.color_type, max_pixels=self.max_pixels)
+        image = decode_file_bytes(encoded, filename, self.color_type, max_pixels=self.max_pixels,
+                                  planar=planar)
         height, width = image.shape[:2]
         scale, out_size = self._target_size(width, height)
         return image, (width, height), scale, out_size

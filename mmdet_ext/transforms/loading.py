@@ -53,13 +53,18 @@ def read_image_bytes(filename: str, backend_args: Optional[dict],
 
 
 def decode_file_bytes(encoded: torch.Tensor, filename: str, color_type: str,
-                      scale_denom: int = 1, max_pixels: int = DEFAULT_MAX_PIXELS) -> torch.Tensor:
+                      scale_denom: int = 1, max_pixels: int = DEFAULT_MAX_PIXELS,
+                      planar: bool = False) -> torch.Tensor:
     """Decode a file's bytes to Tensor[H, W, C] uint8; errors name the file.
 
     ``scale_denom`` > 1 decodes a JPEG at 1/scale_denom of its size (other formats: full size);
     an image of more than ``max_pixels`` pixels is refused (the same limit as the header check).
+    ``planar``: the pixels lie channel-planar in memory (the result is an HxWxC view of CxHxW).
     """
     try:
+        if planar:
+            return decode_image(encoded, color_type, scale_denom, max_pixels,
+                                planar=True).permute(1, 2, 0)
         return decode_image(encoded, color_type, scale_denom, max_pixels)
     except NotImplementedError:
         raise  # a build without OpenCV: the build's fault, not the file's (never a bad sample)
