@@ -1,15 +1,17 @@
 """Where a training sample's time goes today, stage by stage, beside the decode ceiling (issue 30).
 
-One process, one thread, warm page cache, photo-like JPEGs (``deferred_pipeline.photo_like``) with
-the toy COCO annotations. For each of today's pipelines (``LoadLazyAnnotations`` +
-``NativeLoadResizeFlip`` fused or deferred + ``PackDetInputs``, then ``fast_collate``) it times per
-sample:
+One DataLoader worker process (a real one: ``fast_collate`` allocates its batch in shared memory
+there, as in training), one thread, warm page cache, photo-like JPEGs
+(``deferred_pipeline.photo_like``) with the toy COCO annotations. For each of today's pipelines
+(``LoadLazyAnnotations`` + ``NativeLoadResizeFlip`` fused or deferred + ``PackDetInputs``, then
+``fast_collate``) it times per sample:
 
 - ``get_data_info``: the store record to mmdet's ``data_info`` dict;
 - each transform of the pipeline (``Compose`` run by hand, the same calls in the same order);
 - ``fast_collate``, per batch, divided by the batch size;
 - the worker-to-main transfer: ``ForkingPickler.dumps`` of the collated batch, which is what a
-  DataLoader worker does to put it on its queue (tensors move to shared memory);
+  DataLoader worker does to put it on its queue (the pixel batch is already in shared memory;
+  other tensors move there);
 
 and the ceiling: reading the file and ``cv2.imdecode`` at full size. The sum of the stages is what a
 worker spends per sample; everything but the decode is what a batch-native path would amortise.
@@ -30,6 +32,7 @@ import cv2
 import numpy as np
 import torch
 from mmengine.registry import init_default_scope
+from torch.utils.data import DataLoader
 
 import mmdet_ext  # noqa: F401  (registers the transforms)
 from benchmarks import write_report
@@ -72,6 +75,13 @@ def stage_times(dataset, batch_size: int, passes: int) -> dict[str, float]:
             for name, times in runs.items()}
 
 
+def in_a_worker(function, *args):
+    """``function(*args)`` run inside a real DataLoader worker process, its result returned."""
+    loader = DataLoader([None], batch_size=1, num_workers=1,
+                        collate_fn=lambda _: function(*args))
+    return next(iter(loader))
+
+
 def decode_ceiling(paths: list[str], passes: int) -> float:
     """ms per image to read the file and decode it with cv2 at full size."""
     runs = []
@@ -103,11 +113,11 @@ def main() -> None:
             paths = make_dataset(root, args.images, width, height)
             ceiling = decode_ceiling(paths, args.passes)
             for pixels_on in ('worker', 'device'):
-                stages = stage_times(our_dataset(root, scale, pixels_on), args.batch_size,
-                                     args.passes)
+                stages = in_a_worker(stage_times, our_dataset(root, scale, pixels_on),
+                                     args.batch_size, args.passes)
                 tables.append((name, pixels_on, stages, ceiling))
     lines = [
-        '# Where a training sample\'s time goes today (one process, one thread)', '',
+        '# Where a training sample\'s time goes today (one worker process, one thread)', '',
         f'Command: `PYTHONPATH=. python3 benchmarks/per_sample_breakdown.py --images '
         f'{args.images} --batch-size {args.batch_size} --passes {args.passes}`', '',
         f'Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python '
