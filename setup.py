@@ -243,11 +243,15 @@ class BuildExtensionWithConfig(BuildExtension):
         own_libstdcxx = load_package_module('_own_libstdcxx')
         compiler = os.environ.get('CXX', 'c++')
         for ext in self.extensions:
-            for built in {Path(self.get_ext_fullpath(ext.name)),
-                          Path(self.build_lib) / self.get_ext_filename(ext.name)}:
-                if built.is_file() and (message := own_libstdcxx.problem(built, compiler)):
+            # The build and, with --inplace / -e, its copy in the package: checked once, both
+            # removed when refused.
+            copies = [p for p in dict.fromkeys([
+                Path(self.build_lib) / self.get_ext_filename(ext.name),
+                Path(self.get_ext_fullpath(ext.name))]) if p.is_file()]
+            if copies and (message := own_libstdcxx.problem(copies[0], compiler)):
+                for built in copies:
                     built.unlink()
-                    sys.exit(f'setup.py: {message}')
+                sys.exit(f'setup.py: {message}')
             target = Path(self.get_ext_fullpath(ext.name)).parent / BUILD_CONFIG_NAME
             target.write_text(json.dumps(build_config(building_for_cuda()[0]), indent=1) + '\n')
 

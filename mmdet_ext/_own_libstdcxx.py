@@ -29,7 +29,7 @@ def defines_own_libstdcxx(library: Path) -> Optional[bool]:
         return None
     for table in (['-D'], []):
         out = subprocess.run([nm, *table, '--defined-only', str(library)], capture_output=True,
-                             text=True).stdout
+                             text=True, timeout=120).stdout
         if any(line.split()[-1:] == [MARKER] for line in out.splitlines()):
             return True
     return False

@@ -33,7 +33,7 @@ def build_library(tmp_path: Path, name: str, *flags: str) -> Path:
     source.write_text(SOURCE)
     library = tmp_path / f'{name}.so'
     result = subprocess.run(['g++', '-O2', '-fPIC', '-shared', *flags, str(source), '-o',
-                             str(library)], capture_output=True, text=True)
+                             str(library)], capture_output=True, text=True, timeout=300)
     if result.returncode != 0 and flags:
         pytest.skip(f'this g++ cannot link libstdc++ statically: {result.stderr[-300:]}')
     assert result.returncode == 0, result.stderr
