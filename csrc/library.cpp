@@ -10,6 +10,9 @@ TORCH_LIBRARY(mmdet_ext, m) {
   // mmdet_ext/ops/image.py: decode_image. max_pixels None: kDefaultMaxPixels (io/image_decoder.h).
   m.def("decode_image(Tensor data, int flags, int scale_denom=1, int? max_pixels=None, "
         "bool planar=False) -> Tensor");
+  // mmdet_ext/ops/image.py: decode_images_into, a batch decoded channel-planar into one buffer.
+  m.def("decode_images_into(Tensor[] data, int flags, int[] scale_denoms, int? max_pixels, "
+        "Tensor(a!) out, int[] offsets, int[] shapes, int num_threads=1) -> ()");
 
   // mmdet_ext/ops/pixels.py: warp_image, normalize_batch, resize_normalize_batch.
   m.def("warp_image(Tensor image, int out_height, int out_width, int interpolation, int flip) "

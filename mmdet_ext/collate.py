@@ -73,7 +73,7 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
     first = images[0]
     height = padded_size(max(image.shape[1] for image in images), pad_size_divisor)
     width = padded_size(max(image.shape[2] for image in images), pad_size_divisor)
-    batch = _allocate(first, (len(images), first.shape[0], height, width), pin_memory)
+    batch = allocate_batch(first, (len(images), first.shape[0], height, width), pin_memory)
     for slot, image in zip(batch, images):
         h, w = image.shape[1:]
         slot[:, :h, :w].copy_(image)
@@ -89,7 +89,7 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
     return collated
 
 
-def _allocate(first: torch.Tensor, shape: tuple, pin_memory: bool) -> torch.Tensor:
+def allocate_batch(first: torch.Tensor, shape: tuple, pin_memory: bool) -> torch.Tensor:
     """An uninitialised tensor of ``first``'s dtype: in shared memory in a DataLoader worker, as
     default_collate does (else sending it to the main process copies it into shared memory once
     more), page-locked in the main process when asked and CUDA is available."""
@@ -147,8 +147,10 @@ def _collate_deferred(data_batch: Sequence, warps: list, pin_memory: bool) -> di
     interpolations = {warp['interpolation'] for warp in warps}
     if len(interpolations) != 1:
         raise ValueError(f'fast_collate: one interpolation per batch, got {interpolations}')
-    flat = _allocate(images[0], (sum(image.numel() for image in images),), pin_memory)
-    torch.cat([image.reshape(-1) for image in images], out=flat)
+    flat = _one_buffer(images)
+    if flat is None:
+        flat = allocate_batch(images[0], (sum(image.numel() for image in images),), pin_memory)
+        torch.cat([image.reshape(-1) for image in images], out=flat)
     others = [{key: value for key, value in sample.items() if key != 'inputs'}
               for sample in data_batch]
     collated = pseudo_collate(others)
@@ -163,6 +165,24 @@ def _collate_deferred(data_batch: Sequence, warps: list, pin_memory: bool) -> di
         'interpolation': interpolations.pop(),
     }
     return collated
+
+
+def _one_buffer(images: list) -> Optional[torch.Tensor]:
+    """The flat buffer the images already lie in one after another (the batched fetch decodes
+    a batch that way, in shared memory in a worker), else None. Why: then nothing is copied."""
+    first = images[0]
+    storage = first.untyped_storage()
+    end = first.storage_offset()
+    for image in images:
+        if image.untyped_storage().data_ptr() != storage.data_ptr() or \
+                not image.is_contiguous() or image.storage_offset() != end:
+            return None
+        end += image.numel()
+    in_worker = torch.utils.data.get_worker_info() is not None
+    if in_worker and not storage.is_shared():
+        return None  # sending it would copy it into shared memory: allocate_batch does it once
+    return first.new_empty(0).set_(storage, first.storage_offset(),
+                                   (end - first.storage_offset(),))
 
 
 def _has_fast_path(data_batch: Sequence) -> bool:

@@ -1,9 +1,10 @@
 """COCO instance segmentation served from a memory-mapped annotation store."""
 import logging
 import os.path as osp
-from typing import Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
+import torch
 from mmdet.datasets import BaseDetDataset, CocoDataset
 from mmengine.logging import print_log
 
@@ -12,8 +13,10 @@ from ..io import DEFAULT_MAX_PIXELS
 from ..registry import DATASETS
 from .annotation_store import MISSING_EXAMPLE, MISSING_IMAGES, AnnotationStore, open_store
 from .bad_samples import BadSampleHandler, log_dir
+from .batched_fetch import BatchedFetcher, batch_plan
 from .coco_store_layout import MASK_PNG, MASK_POLYGON, MASK_RLE, decoded
 from .inflight import InflightRecord
+from .sample_seeds import seeded_rngs
 from .validation import (MAX_MISSING_FRACTION, DataValidationError, MissingImagesError,
                          missing_images_message, resolve_policy)
 
@@ -71,6 +74,11 @@ class LazyCocoDataset(BaseDetDataset):
         max_bad_fraction: under ``'skip'``, the fraction of bad samples that stops the run.
         work_dir: where ``bad_samples.jsonl`` and ``inflight_<pid>.txt`` go; default the current
             mmengine logger's directory (``<work_dir>/<timestamp>`` under a Runner), else none.
+        batched_fetch: let the DataLoader fetch whole batches (``__getitems__``): a pipeline
+            with ``NativeLoadResizeFlip(pixels_on='device')`` then decodes each batch in one
+            native call (``batched_fetch.py``, docs/deferred_pixels.md); samples are the same.
+        decode_threads: native threads of that call; default 1 in a DataLoader worker, every
+            core this process may use with ``num_workers=0``.
         (all other arguments as mmdet's ``CocoDataset``)
     """
 
@@ -82,7 +90,14 @@ class LazyCocoDataset(BaseDetDataset):
                  bad_data_policy: Optional[dict[str, str]] = None,
                  max_pixels: int = DEFAULT_MAX_PIXELS, on_bad_sample: str = 'raise',
                  max_bad_fraction: float = 0.1, work_dir: Optional[str] = None,
+                 batched_fetch: bool = True, decode_threads: Optional[int] = None,
                  **kwargs) -> None:
+        if decode_threads is not None and decode_threads < 1:
+            raise ValueError(f'decode_threads must be >= 1 or None, got {decode_threads}')
+        self.batched_fetch = batched_fetch
+        self.decode_threads = decode_threads
+        self._fetcher_for: Any = None
+        self._fetcher: Optional[BatchedFetcher] = None
         self.store_cache_dir = store_cache_dir
         self.validate = validate
         self.bad_data_policy = resolve_policy(bad_data_policy)
@@ -154,11 +169,54 @@ class LazyCocoDataset(BaseDetDataset):
 
     def prepare_data(self, idx: int) -> Optional[dict]:
         """The pipeline's output for ``idx``; a failure goes through ``self.bad_samples``."""
+        return self.load_guarded(idx, super().prepare_data)
+
+    def __getitems__(self, indices: Sequence[int]) -> list:
+        """The DataLoader's batched fetch: ``fetch_batch(indices)``."""
+        return self.fetch_batch(indices)
+
+    def fetch_batch(self, indices: Sequence[int], seeds: Optional[Sequence[int]] = None) -> list:
+        """``[self[i] for i in indices]`` (each under ``seeds[k]``, ``seeded_rngs``, when given),
+        the images of a recognised pipeline decoded in one native call (``batched_fetch.py``)."""
+        if not dataset_fully_initialized(self):
+            self.full_init()
+        fetcher = self._batched_fetcher()
+        if fetcher is None:
+            if seeds is None:
+                return [self[index] for index in indices]
+            return [self._seeded_item(index, seed) for index, seed in zip(indices, seeds)]
+        return fetcher.fetch(indices, seeds)
+
+    def _seeded_item(self, index: int, seed: int) -> dict:
+        with seeded_rngs(seed):
+            return self[index]
+
+    def _batched_fetcher(self) -> Optional[BatchedFetcher]:
+        """The fetcher of the current pipeline (PipelineSwitchHook may replace it), or None when
+        it is off or the pipeline is not one it recognises; that is logged once per pipeline."""
+        pipeline = self.pipeline
+        if self._fetcher_for is not pipeline:
+            self._fetcher_for, self._fetcher = pipeline, None
+            plan, why = batch_plan(getattr(pipeline, 'transforms', []))
+            if not self.batched_fetch:
+                why = 'batched_fetch=False'
+            elif plan is not None:
+                self._fetcher = BatchedFetcher(self, plan, self.decode_threads)
+            info = torch.utils.data.get_worker_info()
+            if info is None or info.id == 0:  # once, not once per worker
+                print_log(f'{type(self).__name__}: batched fetch ' + (
+                    'on: one native decode call per batch' if self._fetcher else
+                    f'off, samples load one by one: {why}'), logger='current', level=logging.INFO)
+        return self._fetcher
+
+    def load_guarded(self, idx: int, load: Callable[[int], Any]) -> Any:
+        """``load(idx)`` named in the in-flight record; a failure goes through
+        ``self.bad_samples`` (None when it is skipped)."""
         img_id, img_path = self._image_ref(idx)
         self.bad_samples.tried_one()
         self.inflight.begin(f'sample {idx} (img_id={img_id}, img_path={img_path})')
         try:
-            data = super().prepare_data(idx)
+            data = load(idx)
         except Exception as err:  # noqa: BLE001 -- any pipeline failure is a bad sample
             self.inflight.end()
             if isinstance(err, FileNotFoundError) and self._missing_images_error:

@@ -91,6 +91,14 @@ class PerSampleSeedDataset(Dataset):
         with seeded_rngs(key.seed):
             return self.dataset[key.index]
 
+    def __getitems__(self, keys: list) -> list:
+        """A batch: the wrapped dataset's ``fetch_batch`` (each sample under its seed) when it
+        has one, else sample by sample as ``__getitem__``."""
+        fetch_batch = getattr(self.dataset, 'fetch_batch', None)
+        if fetch_batch is None or not all(isinstance(key, SeededKey) for key in keys):
+            return [self[key] for key in keys]
+        return fetch_batch([key.index for key in keys], [key.seed for key in keys])
+
 
 class ResumableBatchSampler:
     """Batches of ``SeededKey`` from ``batch_sampler``; an epoch can start at any batch.

@@ -8,7 +8,7 @@ wrapper's docstring is the op's contract (shapes, dtypes, units, reference), and
 ``torch.library.opcheck`` reason about the ops without running them.
 """
 from .devices import deferred_pixels_device, has_kernel
-from .image import IMREAD_FLAGS, SCALE_DENOMS, decode_image
+from .image import IMREAD_FLAGS, SCALE_DENOMS, decode_image, decode_images_into
 from .masks import (Polygon, pack_counts, pack_polygons, paste_masks_to_rle,
                     polygons_crop_and_resize, polygons_to_masks, polygons_to_masks_into, rle_area,
                     rle_crop_and_resize, rle_decode, rle_decode_batch, rle_decode_batch_into,
@@ -19,6 +19,7 @@ from .pixels import (FLIP_CODES, INTERPOLATIONS, normalize_batch, resize_normali
 
 __all__ = [
     'FLIP_CODES', 'IMREAD_FLAGS', 'INTERPOLATIONS', 'SCALE_DENOMS', 'Polygon', 'decode_image',
+    'decode_images_into',
     'deferred_pixels_device', 'has_kernel',
     'normalize_batch', 'pack_counts', 'pack_polygons', 'paste_masks_to_rle',
     'polygons_crop_and_resize', 'polygons_to_masks', 'polygons_to_masks_into', 'rle_area',

@@ -1,4 +1,5 @@
 """``decode_image``: encoded file bytes to pixels (kernel: ``csrc/io/``)."""
+from collections.abc import Sequence
 from typing import Optional
 
 import torch
@@ -64,3 +65,47 @@ def _decode_image_fake(data: torch.Tensor, flags: int, scale_denom: int = 1,
     channels = ctx.new_dynamic_size() if flags == IMREAD_FLAGS['unchanged'] else (
         1 if flags & 1 == 0 else 3)
     return data.new_empty((channels, height, width) if planar else (height, width, channels))
+
+
+def decode_images_into(data: Sequence[torch.Tensor], color_type: str, scale_denoms: Sequence[int],
+                       out: torch.Tensor, offsets: Sequence[int],
+                       shapes: Sequence[tuple[int, int, int]], max_pixels: Optional[int] = None,
+                       num_threads: int = 1) -> None:
+    """Decode a batch of images into ``out``, each as ``decode_image(..., planar=True)`` would.
+
+    Image ``i`` is written channel-planar (``shapes[i]`` = (C, H, W)) at ``out[offsets[i]:]``.
+    The images are shared among ``num_threads`` native threads (the calling one included) with
+    the GIL released: one call per batch, no tensor allocated per image, nothing copied after
+    decoding.
+
+    Args:
+        data: each image's encoded bytes, Tensor[N_i] uint8 (contiguous, CPU).
+        color_type: as ``decode_image``, one for the batch; not 'unchanged' (whose channel count
+            only the decoder knows).
+        scale_denoms: per image, as ``decode_image``'s ``scale_denom``.
+        out (Tensor[M] uint8): contiguous, CPU; every image must fit at its offset.
+        offsets, shapes: where each image goes and the (C, H, W) it must decode to.
+        max_pixels, num_threads: as ``decode_image``; threads are capped at the image count.
+
+    Raises:
+        RuntimeError: any image that cannot be decoded or does not decode to its shape (an EXIF
+            orientation that swaps width and height, say); the message lists each one by its
+            position in ``data``, and the other images are still decoded.
+    """
+    if color_type not in IMREAD_FLAGS or color_type == 'unchanged':
+        raise ValueError('color_type must be one of '
+                         f'{sorted(set(IMREAD_FLAGS) - {"unchanged"})}, got {color_type!r}')
+    if any(denom not in SCALE_DENOMS for denom in scale_denoms):
+        raise ValueError(f'scale_denoms must be in {SCALE_DENOMS}, got {list(scale_denoms)}')
+    flat_shapes = [int(v) for shape in shapes for v in shape]
+    torch.ops.mmdet_ext.decode_images_into(list(data), IMREAD_FLAGS[color_type],
+                                           [int(d) for d in scale_denoms], max_pixels, out,
+                                           [int(o) for o in offsets], flat_shapes,
+                                           int(num_threads))
+
+
+@register_fake('mmdet_ext::decode_images_into')
+def _decode_images_into_fake(data: list, flags: int, scale_denoms: list, max_pixels: Optional[int],
+                             out: torch.Tensor, offsets: list, shapes: list,
+                             num_threads: int = 1) -> None:
+    torch._check(out.dtype == torch.uint8 and out.dim() == 1)

@@ -1,6 +1,6 @@
 """Load + Resize + RandomFlip as one transform: decode (reduced-size when the target allows it),
 then resize and flip in one native call."""
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 import mmcv
 import numpy as np
@@ -27,6 +27,20 @@ PENDING_WARP_KEY = 'pending_warp'
 # PackDetInputs' default meta_keys plus that record.
 DEFERRED_META_KEYS = ('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor', 'flip',
                       'flip_direction', PENDING_WARP_KEY)
+
+# Channels a planned decode produces, per color_type ('unchanged': only the decoder knows).
+PLANNED_CHANNELS = {'color': 3, 'color_ignore_orientation': 3, 'grayscale': 1,
+                    'grayscale_ignore_orientation': 1}
+
+
+class PendingDecode(NamedTuple):
+    """An image ``NativeLoadResizeFlip.plan`` left to decode: its bytes (None when ``plan``
+    decoded it itself, into ``decoded``), the JPEG reduction and the (C, H, W) it decodes to."""
+    filename: str
+    encoded: Optional[torch.Tensor]
+    scale_denom: int
+    shape: tuple[int, int, int]
+    decoded: Optional[torch.Tensor] = None
 
 
 @TRANSFORMS.register_module()
@@ -113,13 +127,64 @@ class NativeLoadResizeFlip(BaseTransform):
 
     @autocast_box_type()
     def transform(self, results: dict) -> Optional[dict]:
-        filename = results['img_path']
         try:
-            image, (width, height), scale, (out_w, out_h) = self._load(filename)
+            loaded = self._load(results['img_path'])
         except ImageLoadError as err:
             if self.ignore_empty:
                 return None
             raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
+        image, size, scale, out_size = loaded
+        self._apply(results, image, size, scale, out_size)
+        return results
+
+    @autocast_box_type()
+    def plan(self, results: dict) -> Optional[PendingDecode]:
+        """Everything ``transform`` does but decoding (``pixels_on='device'`` only).
+
+        Reads the file and its header, draws the flip and writes every key ``transform`` writes,
+        ``img`` excepted; returns what remains to decode, or None where ``transform`` would
+        return None. ``finish(results, image)`` with the decoded image then leaves ``results``
+        exactly as ``transform`` would. Why: the batched fetch (``datasets/batched_fetch.py``)
+        decodes a whole batch in one native call between the two. A file whose size the header
+        does not tell (no header reader for its format, or a ``color_type`` whose channel count
+        only the decoder knows) is decoded here, as ``transform`` decodes it.
+        """
+        if self.pixels_on != 'device':
+            raise ValueError("NativeLoadResizeFlip.plan needs pixels_on='device'")
+        filename = results['img_path']
+        try:
+            encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
+            channels = PLANNED_CHANNELS.get(self.color_type)
+            if header is None or channels is None:
+                image, size, scale, out_size = self._decode(encoded, header, filename)
+                pending = PendingDecode(filename, None, 1, tuple(image.permute(2, 0, 1).shape),
+                                        image.permute(2, 0, 1))
+            else:
+                size = (header.width, header.height)
+                scale, out_size = self._target_size(*size)
+                denom = self._scale_denom(header, *out_size)
+                pending = PendingDecode(filename, encoded, denom, (
+                    channels, ceil_div(header.height, denom), ceil_div(header.width, denom)))
+        except ImageLoadError as err:
+            if self.ignore_empty:
+                return None
+            raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
+        self._apply(results, None, size, scale, out_size)
+        return pending
+
+    def finish(self, results: dict, image: torch.Tensor) -> dict:
+        """``results`` of ``plan`` with its image decoded (Tensor[C, H, W] uint8, the shape
+        ``plan`` said): as ``transform`` leaves them."""
+        self._set_deferred_image(results, image.permute(1, 2, 0).numpy())
+        return results
+
+    def _apply(self, results: dict, image: Optional[torch.Tensor], size: tuple[int, int],
+               scale: tuple, out_size: tuple[int, int]) -> None:
+        """Write every result key from the loaded image (an HxWxC tensor; None: only its
+        geometry, the pixels come later through ``finish``)."""
+        width, height = size
+        out_w, out_h = out_size
+        filename = results['img_path']
         masks = results.get('gt_masks', None)
         if masks is not None and (masks.height, masks.width) != (height, width):
             raise ImageLoadError(
@@ -128,7 +193,6 @@ class NativeLoadResizeFlip(BaseTransform):
                 'tools/validate_coco.py lists such images)')
         direction = choose_flip_direction(self.flip) if self.flip is not None else None
         if self.pixels_on == 'device':
-            decoded = image.numpy()
             # A zero-stride stand-in of the output's size: mmdet's flip code reads img's shape.
             results['img'] = np.broadcast_to(np.zeros((), np.uint8), (out_h, out_w))
         else:
@@ -151,19 +215,29 @@ class NativeLoadResizeFlip(BaseTransform):
         if direction is not None:
             self._flip_annotations(results, direction)
         if self.pixels_on == 'device':
-            results['img'] = decoded[..., 0] if decoded.shape[2] == 1 else decoded
+            if image is not None:
+                self._set_deferred_image(results, image.numpy())
             results[PENDING_WARP_KEY] = {'out_shape': (out_h, out_w), 'flip_direction': direction,
                                          'interpolation': self.resize.interpolation}
-        return results
+
+    @staticmethod
+    def _set_deferred_image(results: dict, decoded: np.ndarray) -> None:
+        """``img`` of a deferred sample: the decoded HxWxC pixels (HxW for one channel)."""
+        results['img'] = decoded[..., 0] if decoded.shape[2] == 1 else decoded
 
     def _load(self, filename: str) -> tuple[torch.Tensor, tuple[int, int], tuple, tuple[int, int]]:
-        """Decode, reduced when allowed: (image, original (w, h), results['scale'], output (w, h)).
+        """Read and decode, reduced when allowed: see ``_decode``."""
+        encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
+        return self._decode(encoded, header, filename)
+
+    def _decode(self, encoded: torch.Tensor, header: Optional[ImageHeader], filename: str
+                ) -> tuple[torch.Tensor, tuple[int, int], tuple, tuple[int, int]]:
+        """(image, original (w, h), results['scale'], output (w, h)), reduced when allowed.
 
         The target comes from the header's size; if the decoded image is not the size that
         implies -- EXIF orientation swapped width and height -- decode again at full size and
         take the target from what was decoded, so the result is always mmdet's.
         """
-        encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
         # Deferred pixels go from here to PackDetInputs untouched: decoded channel-planar, the
         # HWC view it receives is already laid out as the CHW tensor it makes, so it copies nothing.
         planar = self.pixels_on == 'device'

@@ -1,0 +1,141 @@
+// CPU kernel of mmdet_ext::decode_images_into: a batch of encoded images decoded on a few native
+// threads straight into one preallocated buffer, channel-planar, each image at its offset. Why:
+// the batched fetch (mmdet_ext/datasets/batched_fetch.py) decodes a whole batch in one call with
+// the GIL released, into the very buffer that crosses to the training process, so no per-image
+// tensor is allocated and nothing is copied after decoding. Every image is decoded exactly as
+// decode_image decodes it (decode_image_to_mat, image_decoder.h).
+#include <c10/util/Optional.h>
+
+#include <torch/library.h>
+#include <torch/types.h>
+
+#if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <opencv2/core.hpp>
+
+#include "image_decoder.h"
+#else
+#include "optional_libraries.h"
+#endif
+
+namespace mmdet_ext {
+namespace {
+
+#if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
+
+// Decodes one image into `out` at `dst` as [C, H, W]; throws when it is not `shape` (C, H, W).
+void decode_one_planar(const at::Tensor& data, int64_t flags, int64_t scale_denom,
+                       int64_t max_pixels, const int64_t* shape, uint8_t* dst) {
+  const cv::Mat decoded =
+      decode_image_to_mat(data.data_ptr<uint8_t>(), data.numel(), flags, scale_denom, max_pixels);
+  TORCH_CHECK(decoded.channels() == shape[0] && decoded.rows == shape[1] &&
+                  decoded.cols == shape[2],
+              "decoded to ", decoded.channels(), "x", decoded.rows, "x", decoded.cols,
+              " (C x H x W), expected ", shape[0], "x", shape[1], "x", shape[2]);
+  const int64_t plane = shape[1] * shape[2];
+  if (shape[0] == 1) {
+    std::memcpy(dst, decoded.data, static_cast<size_t>(plane));
+    return;
+  }
+  std::vector<cv::Mat> planes;
+  for (int64_t c = 0; c < shape[0]; ++c) {
+    planes.emplace_back(decoded.rows, decoded.cols, CV_8UC1, dst + c * plane);
+  }
+  cv::split(decoded, planes);  // each plane has its size and type: split writes into `out`
+}
+
+std::string error_text(const std::exception& err) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&err)) {
+    return c10_error->what_without_backtrace();
+  }
+  return err.what();
+}
+
+void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef scale_denoms,
+                            c10::optional<int64_t> max_pixels, const at::Tensor& out,
+                            at::IntArrayRef offsets, at::IntArrayRef shapes,
+                            int64_t num_threads) {
+  const int64_t count = static_cast<int64_t>(data.size());
+  TORCH_CHECK(out.device().is_cpu() && out.scalar_type() == at::kByte && out.dim() == 1 &&
+                  out.is_contiguous(),
+              "decode_images_into: out must be a contiguous 1-D CPU uint8 tensor, got ",
+              out.scalar_type(), " ", out.sizes(), " on ", out.device());
+  TORCH_CHECK(static_cast<int64_t>(scale_denoms.size()) == count &&
+                  static_cast<int64_t>(offsets.size()) == count &&
+                  static_cast<int64_t>(shapes.size()) == 3 * count,
+              "decode_images_into: ", count, " images need ", count, " scale_denoms, ", count,
+              " offsets and ", 3 * count, " shape values, got ", scale_denoms.size(), ", ",
+              offsets.size(), " and ", shapes.size());
+  // Every argument is checked before any thread starts: a bad one never writes out of bounds.
+  for (int64_t i = 0; i < count; ++i) {
+    const at::Tensor& bytes = data[i];
+    TORCH_CHECK(bytes.device().is_cpu() && bytes.scalar_type() == at::kByte &&
+                    bytes.dim() == 1 && bytes.is_contiguous(),
+                "decode_images_into: image ", i, ": expected contiguous 1-D CPU uint8 encoded "
+                "bytes, got ", bytes.scalar_type(), " ", bytes.sizes(), " on ", bytes.device());
+    const int64_t* shape = shapes.data() + 3 * i;
+    TORCH_CHECK(shape[0] >= 1 && shape[0] <= 4 && shape[1] > 0 && shape[2] > 0,
+                "decode_images_into: image ", i, ": bad expected shape ", shape[0], "x",
+                shape[1], "x", shape[2]);
+    const int64_t size = shape[0] * shape[1] * shape[2];
+    TORCH_CHECK(offsets[i] >= 0 && offsets[i] <= out.numel() - size,
+                "decode_images_into: image ", i, " (", size, " bytes at offset ", offsets[i],
+                ") does not fit in out (", out.numel(), " bytes)");
+  }
+
+  std::vector<std::string> errors(static_cast<size_t>(count));
+  std::atomic<int64_t> next{0};
+  uint8_t* base = out.data_ptr<uint8_t>();
+  const int64_t limit = max_pixels.value_or(kDefaultMaxPixels);
+  auto work = [&]() {
+    for (int64_t i = next++; i < count; i = next++) {
+      try {
+        decode_one_planar(data[i], flags, scale_denoms[i], limit, shapes.data() + 3 * i,
+                          base + offsets[i]);
+      } catch (const std::exception& err) {
+        errors[static_cast<size_t>(i)] = error_text(err);
+      }
+    }
+  };
+  const int64_t threads = std::clamp<int64_t>(num_threads, 1, std::max<int64_t>(count, 1));
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();  // the calling thread decodes too
+  for (std::thread& thread : pool) thread.join();
+
+  std::string failed;
+  for (int64_t i = 0; i < count; ++i) {
+    if (!errors[static_cast<size_t>(i)].empty()) {
+      failed += c10::str("\n  image ", i, ": ", errors[static_cast<size_t>(i)]);
+    }
+  }
+  TORCH_CHECK(failed.empty(), "decode_images_into: these images were not decoded:", failed);
+}
+
+#else
+
+void decode_images_into_cpu(at::TensorList, int64_t, at::IntArrayRef, c10::optional<int64_t>,
+                            const at::Tensor&, at::IntArrayRef, at::IntArrayRef, int64_t) {
+#ifdef MMDET_EXT_WITH_OPENCV
+  fail_built_without("decode_images_into", "libjpeg");
+#else
+  fail_built_without("decode_images_into", "OpenCV");
+#endif
+}
+
+#endif
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mmdet_ext, CPU, m) {
+  m.impl("decode_images_into", &decode_images_into_cpu);
+}
+
+}  // namespace mmdet_ext

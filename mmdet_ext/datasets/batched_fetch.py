@@ -1,0 +1,220 @@
+"""Batched fetch: a batch of samples whose images are decoded in one native call.
+
+Why: the DataLoader asks a dataset with ``__getitems__`` for a whole batch at once. For a train
+pipeline that decodes with ``NativeLoadResizeFlip(pixels_on='device')``, the batch's images are
+then decoded by ``decode_images_into``: one call, on native threads with the GIL released,
+straight into one buffer (shared memory in a DataLoader worker) that ``fast_collate`` hands to
+the training process as it is. Per sample, no decoded tensor is allocated and no pixel is copied.
+
+How, in three passes over the batch:
+
+1. *Plan*, per sample and under its seed: what ``BaseDataset.__getitem__`` does, with the pipeline
+   stopped at the loader's ``plan`` (every transform before it, the file read, the flip draw, the
+   geometry); a bad sample is handled as the per-sample path handles it (``on_bad_sample``,
+   ``max_refetch`` replacement draws).
+2. *Decode* the whole batch in one call.
+3. *Finish*, per sample: the decoded image into ``results``, then the transforms after the loader.
+
+Samples come out exactly as the per-sample path makes them: same draws, same bytes (the tests
+compare both). Anything the batch cannot do exactly -- a file that does not decode to the size its
+header declares (EXIF rotation, corruption), a transform after the loader returning None or
+raising -- puts the random states and the bad-sample counts back and loads the batch again
+through the per-sample path, which handles it as it always has; the first such batch of each
+process is logged.
+
+Recognised pipelines: ``NativeLoadResizeFlip(pixels_on='device')`` anywhere, any transforms before
+it, and after it only transforms in ``AFTER_LOADER`` (deterministic, and none but
+``PackDetInputs`` reads ``img``). Any other pipeline keeps the per-sample path; the dataset logs
+once which transform makes it fall back (``batch_plan``).
+"""
+import contextlib
+import logging
+import os
+import random
+from typing import Any, NamedTuple, Optional, Sequence
+
+import numpy as np
+import torch
+from mmdet.datasets.transforms import FilterAnnotations, PackDetInputs
+from mmengine.logging import print_log
+
+from ..collate import allocate_batch
+from ..ops import decode_images_into
+from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
+from .sample_seeds import seeded_rngs
+
+# Transforms allowed after the loader: they draw nothing at random and do not touch img, or, for
+# PackDetInputs, read it only to make the CHW tensor (a view of the batch buffer).
+AFTER_LOADER = (FilterAnnotations, PackDetInputs)
+
+
+class BatchPlan(NamedTuple):
+    """A recognised pipeline split at its loader."""
+    before: list
+    loader: NativeLoadResizeFlip
+    after: list
+
+
+def batch_plan(transforms: Sequence) -> tuple[Optional[BatchPlan], str]:
+    """(the split, '') when ``transforms`` can be fetched in batches, else (None, why not)."""
+    loaders = [i for i, t in enumerate(transforms) if isinstance(t, NativeLoadResizeFlip)]
+    if len(loaders) != 1:
+        return None, ('the pipeline has no NativeLoadResizeFlip' if not loaders
+                      else 'the pipeline has more than one NativeLoadResizeFlip')
+    at = loaders[0]
+    loader = transforms[at]
+    if loader.pixels_on != 'device':
+        return None, f"NativeLoadResizeFlip has pixels_on={loader.pixels_on!r}, not 'device'"
+    for transform in transforms[at + 1:]:
+        if not isinstance(transform, AFTER_LOADER):
+            return None, (f'{type(transform).__name__} comes after NativeLoadResizeFlip (only '
+                          f'{", ".join(t.__name__ for t in AFTER_LOADER)} may)')
+    if not isinstance(transforms[-1], PackDetInputs):
+        return None, 'the pipeline does not end with PackDetInputs'
+    return BatchPlan(list(transforms[:at]), loader, list(transforms[at + 1:])), ''
+
+
+def default_decode_threads() -> int:
+    """1 in a DataLoader worker (the workers are the parallelism), else every core this process
+    may run on (``num_workers=0``: the threads are the parallelism)."""
+    if torch.utils.data.get_worker_info() is not None:
+        return 1
+    return len(os.sched_getaffinity(0))
+
+
+class _FallBack(Exception):
+    """The batch cannot be made exactly in batch mode; the per-sample path makes it."""
+
+
+def _inputs_as_buffer_view(sample: Any, image: torch.Tensor) -> Any:
+    """``sample`` with its ``inputs`` replaced by ``image`` when they are the same pixels in the
+    same memory. Why: ``PackDetInputs`` makes ``inputs`` through numpy, a tensor of its own
+    storage; as a view of the batch buffer, ``fast_collate`` sees the batch already lies in one
+    buffer and copies nothing."""
+    inputs = sample.get('inputs') if isinstance(sample, dict) else None
+    if isinstance(inputs, torch.Tensor) and inputs.data_ptr() == image.data_ptr() and \
+            inputs.shape == image.shape and inputs.dtype == image.dtype and inputs.is_contiguous():
+        sample['inputs'] = image
+    return sample
+
+
+@contextlib.contextmanager
+def _kept_rng_states():
+    """Yield a function that puts python's, numpy's and torch's RNG back to their states here."""
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+    def restore() -> None:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+    yield restore
+
+
+class BatchedFetcher:
+    """Loads batches of ``dataset`` (a ``LazyCocoDataset``) through ``plan``."""
+
+    def __init__(self, dataset: Any, plan: BatchPlan, decode_threads: Optional[int]) -> None:
+        self.dataset = dataset
+        self.plan = plan
+        self.decode_threads = decode_threads
+        self._logged_fallback = False
+
+    def fetch(self, indices: Sequence[int], seeds: Optional[Sequence[int]] = None) -> list:
+        """The samples of ``indices`` (each under its seed when given), as the per-sample path."""
+        seeds = [None] * len(indices) if seeds is None else list(seeds)
+        bad = self.dataset.bad_samples
+        counts = bad.tried, bad.bad_count
+        with _kept_rng_states() as restore:
+            try:
+                return self._fetch(indices, seeds)
+            except _FallBack as why:
+                restore()
+                bad.tried, bad.bad_count = counts  # the samples are tried again, not twice
+                self._log_fallback(str(why))
+        return [self._one(index, seed) for index, seed in zip(indices, seeds)]
+
+    def _one(self, index: int, seed: Optional[int]) -> Any:
+        if seed is None:
+            return self.dataset[index]
+        with seeded_rngs(seed):
+            return self.dataset[index]
+
+    def _fetch(self, indices: Sequence[int], seeds: list) -> list:
+        planned = []
+        for index, seed in zip(indices, seeds):
+            with seeded_rngs(seed) if seed is not None else contextlib.nullcontext():
+                planned.append(self._plan_sample(index))
+        images = self._decode([pending for _, _, pending in planned])
+        samples = []
+        for (index, results, _), image in zip(planned, images):
+            self.plan.loader.finish(results, image)
+            for transform in self.plan.after:
+                results = transform(results)
+                if results is None:
+                    raise _FallBack(f'{type(transform).__name__} returned None for sample {index}')
+            samples.append(_inputs_as_buffer_view(results, image))
+        return samples
+
+    def _plan_sample(self, index: int) -> tuple[int, dict, PendingDecode]:
+        """``BaseDataset.__getitem__`` up to the loader's plan: (the index loaded, results,
+        its pending decode); a bad or None sample is replaced as there."""
+        dataset = self.dataset
+        if dataset.test_mode:
+            planned = dataset.load_guarded(index, self._plan_one)
+            if planned is None:
+                raise Exception('Test time pipline should not get `None` data_sample')
+            return (index, *planned)
+        for _ in range(dataset.max_refetch + 1):
+            planned = dataset.load_guarded(index, self._plan_one)
+            if planned is not None:
+                return (index, *planned)
+            index = dataset._rand_another()
+        raise Exception(f'Cannot find valid image after {dataset.max_refetch}! '
+                        'Please check your image path and pipeline')
+
+    def _plan_one(self, index: int) -> Optional[tuple[dict, PendingDecode]]:
+        results = self.dataset.get_data_info(index)
+        for transform in self.plan.before:
+            results = transform(results)
+            if results is None:
+                return None
+        pending = self.plan.loader.plan(results)
+        return None if pending is None else (results, pending)
+
+    def _decode(self, pendings: list[PendingDecode]) -> list[torch.Tensor]:
+        """Every image of the batch, Tensor[C, H, W] views of one buffer, in one native call."""
+        sizes = [int(np.prod(p.shape)) for p in pendings]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        buffer = allocate_batch(torch.empty(0, dtype=torch.uint8), (offsets[-1],), False)
+        images = [buffer[start:start + size].view(p.shape)
+                  for p, start, size in zip(pendings, offsets, sizes)]
+        to_decode = [i for i, p in enumerate(pendings) if p.encoded is not None]
+        for i, p in enumerate(pendings):
+            if p.encoded is None:  # plan decoded it (a format without a header reader)
+                images[i].copy_(p.decoded)
+        if not to_decode:
+            return images
+        loader = self.plan.loader
+        names = ', '.join(pendings[i].filename for i in to_decode)
+        self.dataset.inflight.begin(f'batch decode of {len(to_decode)} images: {names}')
+        try:
+            decode_images_into([pendings[i].encoded for i in to_decode], loader.color_type,
+                               [pendings[i].scale_denom for i in to_decode], buffer,
+                               [offsets[i] for i in to_decode], [pendings[i].shape
+                                                                 for i in to_decode],
+                               loader.max_pixels,
+                               self.decode_threads or default_decode_threads())
+        except RuntimeError as err:
+            raise _FallBack(f'{err} (positions among the {len(to_decode)} images: {names})') \
+                from err
+        finally:
+            self.dataset.inflight.end()
+        return images
+
+    def _log_fallback(self, why: str) -> None:
+        if self._logged_fallback:
+            return
+        self._logged_fallback = True
+        print_log(f'{type(self.dataset).__name__}: a batch was loaded sample by sample instead '
+                  f'of batched (logged once per process): {why}', logger='current',
+                  level=logging.INFO)
