@@ -43,6 +43,19 @@ class PendingDecode(NamedTuple):
     decoded: Optional[torch.Tensor] = None
 
 
+def _declared_size_differs(header: ImageHeader, results: dict) -> bool:
+    """Whether the masks or the annotation file declare another size than the header's.
+
+    Why: an EXIF orientation that swaps width and height (photos straight from a phone) makes
+    the decoded image the declared size and the header's the other way round; ``plan`` cannot
+    take its target from the header then, and decodes the image itself, as ``transform`` does.
+    """
+    masks = results.get('gt_masks', None)
+    declared = (masks.height, masks.width) if masks is not None else (results.get('height'),
+                                                                      results.get('width'))
+    return None not in declared and tuple(declared) != (header.height, header.width)
+
+
 @TRANSFORMS.register_module()
 class NativeLoadResizeFlip(BaseTransform):
     """``NativeLoadImageFromFile`` + mmdet's ``Resize`` + ``RandomFlip`` in one transform.
@@ -155,7 +168,7 @@ class NativeLoadResizeFlip(BaseTransform):
         try:
             encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
             channels = PLANNED_CHANNELS.get(self.color_type)
-            if header is None or channels is None:
+            if header is None or channels is None or _declared_size_differs(header, results):
                 image, size, scale, out_size = self._decode(encoded, header, filename)
                 pending = PendingDecode(filename, None, 1, tuple(image.permute(2, 0, 1).shape),
                                         image.permute(2, 0, 1))

@@ -1,0 +1,364 @@
+"""Batched fetch (``LazyCocoDataset.__getitems__``): a batch's images decoded in one native call
+(``decode_images_into``) give exactly the samples of the per-sample path -- same seeds, same
+flips, same pixels, same annotations and metainfo -- through real DataLoader workers and the
+threads option, with bad samples, EXIF-rotated photos, the per-sample fall back and its log, and a
+batch that reaches the training process in the very buffer it was decoded into."""
+import json
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from mmcv.transforms import BaseTransform
+from mmdet.datasets.transforms import FilterAnnotations, PackDetInputs
+from mmengine.dataset import Compose
+from mmengine.logging import MMLogger
+from PIL import Image
+from torch.utils.data import DataLoader
+
+from mmdet_ext import LazyCocoDataset, LoadLazyAnnotations, NativeLoadResizeFlip, fast_collate
+from mmdet_ext.datasets.batched_fetch import batch_plan
+from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset, SeededKey
+from mmdet_ext.ops import decode_image, decode_images_into
+from mmdet_ext.transforms import DEFERRED_META_KEYS
+from helpers.build import needs_native_decoding
+
+pytestmark = needs_native_decoding
+
+CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
+FLIP = dict(prob=[0.25, 0.25, 0.25], direction=['horizontal', 'vertical', 'diagonal'])
+# The toy images are 320x240: up, reduced decode (1/2), down without keeping the ratio.
+RESIZES = [dict(scale=(1333, 800), keep_ratio=True), dict(scale=(150, 100), keep_ratio=True),
+           dict(scale=(160, 120), keep_ratio=False, interpolation='nearest')]
+INDICES = [0, 5, 2, 7, 3]
+
+
+def _pipeline(resize=RESIZES[0], color_type='color', after=()):
+    return [LoadLazyAnnotations(with_bbox=True, with_mask=True),
+            NativeLoadResizeFlip(**resize, **FLIP, color_type=color_type, pixels_on='device'),
+            *after, PackDetInputs(meta_keys=DEFERRED_META_KEYS)]
+
+
+def _dataset(root, pipeline=None, **kwargs):
+    return LazyCocoDataset(data_root=str(root), ann_file='annotations/instances_train.json',
+                           data_prefix=dict(img='train/'), metainfo=dict(classes=CLASSES),
+                           pipeline=pipeline or _pipeline(), **kwargs)
+
+
+def _per_sample(dataset, indices, seed=0):
+    np.random.seed(seed)  # RandomFlip draws from numpy's global RNG
+    return [dataset[i] for i in indices]
+
+
+def _batched(dataset, indices, seed=0):
+    np.random.seed(seed)
+    return dataset.__getitems__(indices)
+
+
+def _assert_same_samples(expected, actual):
+    assert len(expected) == len(actual)
+    for want, got in zip(expected, actual):
+        assert got['inputs'].dtype == want['inputs'].dtype
+        assert torch.equal(got['inputs'], want['inputs'])
+        want_sample, got_sample = want['data_samples'], got['data_samples']
+        assert set(got_sample.metainfo) == set(want_sample.metainfo)
+        for key, value in want_sample.metainfo.items():
+            if isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(got_sample.metainfo[key], value, err_msg=key)
+            else:
+                assert got_sample.metainfo[key] == value, key
+        for field in ('gt_instances', 'ignored_instances'):
+            want_data, got_data = want_sample.get(field), got_sample.get(field)
+            assert set(got_data.keys()) == set(want_data.keys())
+            assert torch.equal(got_data.bboxes.tensor, want_data.bboxes.tensor)
+            assert torch.equal(got_data.labels, want_data.labels)
+            np.testing.assert_array_equal(got_data.masks.to_ndarray(),
+                                          want_data.masks.to_ndarray())
+
+
+def _one_storage(samples):
+    pointers = {sample['inputs'].untyped_storage().data_ptr() for sample in samples}
+    return len(pointers) == 1
+
+
+@pytest.fixture
+def log_file(tmp_path):
+    """The current mmengine logger writes to this file (print_log(logger='current'))."""
+    path = tmp_path / 'run.log'
+    MMLogger.get_instance(f'batched_fetch_{tmp_path.name}', log_file=str(path), log_level='INFO')
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# decode_images_into: each image as decode_image(planar=True) decodes it
+# ---------------------------------------------------------------------------------------------
+
+def _jpeg(height, width, channels=3, seed=0, ext='.jpg'):
+    rng = np.random.default_rng(seed)
+    img = cv2.GaussianBlur((rng.random((height, width, channels)) * 255).astype(np.uint8),
+                           (5, 5), 0).reshape(height, width, channels)
+    ok, data = cv2.imencode(ext, img)
+    assert ok
+    return torch.from_numpy(data.reshape(-1).copy())
+
+
+def _layout(shapes):
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    return offsets[:-1], offsets[-1]
+
+
+@pytest.mark.parametrize('threads', [1, 3, 16])
+@pytest.mark.parametrize('color_type', ['color', 'grayscale'])
+def test_decode_images_into_matches_decode_image(threads, color_type):
+    data = [_jpeg(480, 640, seed=1), _jpeg(301, 199, seed=2), _jpeg(37, 18, 1, seed=3),
+            _jpeg(64, 48, seed=4, ext='.png')]
+    denoms = [1, 2, 4, 2]  # the PNG ignores its denominator, as in decode_image
+    expected = [decode_image(d, color_type, denom, planar=True) for d, denom in zip(data, denoms)]
+    shapes = [tuple(e.shape) for e in expected]
+    offsets, total = _layout(shapes)
+    out = torch.full((total + 7, ), 77, dtype=torch.uint8)
+    decode_images_into(data, color_type, denoms, out, offsets, shapes, num_threads=threads)
+    for image, offset in zip(expected, offsets):
+        assert torch.equal(out[offset:offset + image.numel()].view(image.shape), image)
+    assert torch.equal(out[total:], torch.full((7, ), 77, dtype=torch.uint8))  # nothing beyond
+
+
+def test_decode_images_into_names_each_failure_and_decodes_the_rest():
+    good = _jpeg(48, 64, seed=5)
+    truncated = good[:len(good) // 2].clone()
+    data = [good, truncated, good, good]
+    shapes = [(3, 48, 64), (3, 48, 64), (3, 64, 48), (3, 48, 64)]  # image 2: the wrong shape
+    offsets, total = _layout(shapes)
+    out = torch.zeros(total, dtype=torch.uint8)
+    with pytest.raises(RuntimeError) as info:
+        decode_images_into(data, 'color', [1] * 4, out, offsets, shapes, num_threads=2)
+    message = str(info.value)
+    assert 'image 1: decode_image: truncated JPEG' in message
+    assert 'image 2: decoded to 3x48x64 (C x H x W), expected 3x64x48' in message
+    assert 'image 0' not in message and 'image 3' not in message
+    expected = decode_image(good, 'color', planar=True).reshape(-1)
+    assert torch.equal(out[offsets[3]:], expected) and torch.equal(out[:offsets[1]], expected)
+
+
+def test_decode_images_into_checks_every_argument_before_writing():
+    data = [_jpeg(48, 64, seed=6)] * 2
+    out = torch.zeros(2 * 3 * 48 * 64 - 1, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match=r'image 1 \(9216 bytes at offset 9216\) does not fit'):
+        decode_images_into(data, 'color', [1, 1], out, [0, 9216], [(3, 48, 64)] * 2)
+    assert not out.any()  # image 0 fitted, but nothing was decoded
+    with pytest.raises(RuntimeError, match='2 images need 2 scale_denoms, 2 offsets and 6'):
+        decode_images_into(data, 'color', [1, 1], out, [0], [(3, 48, 64)] * 2)
+    with pytest.raises(ValueError, match="got 'unchanged'"):
+        decode_images_into(data, 'unchanged', [1, 1], out, [0, 0], [(3, 48, 64)] * 2)
+    with pytest.raises(RuntimeError, match='out must be a contiguous 1-D CPU uint8'):
+        decode_images_into(data, 'color', [1, 1], out.float(), [0, 0], [(3, 48, 64)] * 2)
+
+
+def test_decode_images_into_opcheck():
+    data = [_jpeg(48, 64, seed=7), _jpeg(20, 30, seed=8)]
+    shapes = [(3, 48, 64), (3, 10, 15)]
+    offsets, total = _layout(shapes)
+    out = torch.zeros(total, dtype=torch.uint8)
+    torch.library.opcheck(torch.ops.mmdet_ext.decode_images_into.default,
+                          (data, 1, [1, 2], None, out, offsets, [3, 48, 64, 3, 10, 15], 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# The dataset: batched == per-sample
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('resize', RESIZES)
+@pytest.mark.parametrize('color_type', ['color', 'grayscale'])
+def test_batch_equals_the_per_sample_path(toy_coco_root, resize, color_type):
+    batched = _dataset(toy_coco_root, _pipeline(resize, color_type))
+    reference = _dataset(toy_coco_root, _pipeline(resize, color_type), batched_fetch=False)
+    for seed in range(3):  # different flips each time
+        samples = _batched(batched, INDICES, seed)
+        _assert_same_samples(_per_sample(reference, INDICES, seed), samples)
+        assert _one_storage(samples)
+        # ... and the RNG stream goes on exactly as after the per-sample path
+        assert np.random.randint(1 << 30) == (_per_sample(reference, INDICES, seed),
+                                              np.random.randint(1 << 30))[1]
+
+
+def test_seeded_batch_equals_seeded_samples(toy_coco_root):
+    dataset = PerSampleSeedDataset(_dataset(toy_coco_root))
+    reference = PerSampleSeedDataset(_dataset(toy_coco_root, batched_fetch=False))
+    keys = [SeededKey(index, 1000 + 17 * slot) for slot, index in enumerate(INDICES)]
+    samples = dataset.__getitems__(keys)
+    _assert_same_samples([reference[key] for key in keys], samples)
+    assert _one_storage(samples)
+    flips = {s['data_samples'].flip_direction for s in samples}
+    assert len(flips) > 1  # the seeds draw different flips: the test sees the seeding
+
+
+def test_filter_annotations_after_the_loader_is_batched(toy_coco_root):
+    after = [FilterAnnotations(min_gt_bbox_wh=(40, 40), keep_empty=True)]
+    dataset = _dataset(toy_coco_root, _pipeline(after=after))
+    reference = _dataset(toy_coco_root, _pipeline(after=after), batched_fetch=False)
+    samples = _batched(dataset, INDICES)
+    _assert_same_samples(_per_sample(reference, INDICES), samples)
+    assert _one_storage(samples)
+
+
+def test_fast_collate_takes_the_batch_buffer_as_it_is(toy_coco_root):
+    dataset = _dataset(toy_coco_root)
+    samples = _batched(dataset, INDICES)
+    batch = fast_collate(samples)
+    assert batch['inputs'].data_ptr() == samples[0]['inputs'].data_ptr()
+    assert batch['inputs'].numel() == sum(s['inputs'].numel() for s in samples)
+    reference = fast_collate(_per_sample(_dataset(toy_coco_root, batched_fetch=False), INDICES))
+    assert torch.equal(batch['inputs'], reference['inputs'])
+    for key in ('image_shapes', 'out_shapes', 'flips'):
+        assert torch.equal(batch['pending_warp'][key], reference['pending_warp'][key])
+    # Samples out of their buffer order are copied into a batch of their own.
+    reordered = fast_collate(samples[::-1])
+    assert reordered['inputs'].data_ptr() != samples[0]['inputs'].data_ptr()
+    assert torch.equal(reordered['inputs'], torch.cat([s['inputs'].reshape(-1)
+                                                       for s in samples[::-1]]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Real DataLoaders: workers and the threads option
+# ---------------------------------------------------------------------------------------------
+
+def _seeded_batches(indices, batch_size):
+    return [[SeededKey(index, 7 * position + 3) for position, index in enumerate(chunk)]
+            for chunk in (indices[i:i + batch_size] for i in range(0, len(indices), batch_size))]
+
+
+def _loader(dataset, num_workers):
+    return DataLoader(PerSampleSeedDataset(dataset), batch_sampler=_seeded_batches(
+        list(range(8))[::-1], 3), num_workers=num_workers, collate_fn=fast_collate)
+
+
+@pytest.mark.parametrize('num_workers,decode_threads', [(2, None), (0, None), (0, 3)])
+def test_dataloader_batches_equal_the_per_sample_ones(toy_coco_root, num_workers, decode_threads):
+    dataset = _dataset(toy_coco_root, decode_threads=decode_threads)
+    reference = _dataset(toy_coco_root, batched_fetch=False)
+    batches = list(_loader(dataset, num_workers))
+    expected = list(_loader(reference, 0))
+    assert len(batches) == len(expected) == 3
+    for got, want in zip(batches, expected):
+        assert torch.equal(got['inputs'], want['inputs'])
+        assert got['input_shapes'] == want['input_shapes']
+        for key in ('image_shapes', 'out_shapes', 'flips'):
+            assert torch.equal(got['pending_warp'][key], want['pending_warp'][key])
+        assert [s.img_id for s in got['data_samples']] == [s.img_id for s in want['data_samples']]
+        for got_sample, want_sample in zip(got['data_samples'], want['data_samples']):
+            assert torch.equal(got_sample.gt_instances.bboxes.tensor,
+                               want_sample.gt_instances.bboxes.tensor)
+        if num_workers:
+            assert got['inputs'].is_shared()  # decoded into shared memory, sent as it is
+
+
+# ---------------------------------------------------------------------------------------------
+# What the batch cannot do exactly goes through the per-sample path
+# ---------------------------------------------------------------------------------------------
+
+class CountInstances(BaseTransform):
+    """A user's own transform after the loader: the batch cannot know what it does."""
+
+    def transform(self, results: dict) -> dict:
+        results['num_instances'] = len(results['gt_bboxes'])
+        return results
+
+
+def test_pipeline_it_does_not_recognise_falls_back_and_says_which_transform(toy_coco_root,
+                                                                            log_file):
+    own = CountInstances()
+    dataset = _dataset(toy_coco_root, _pipeline(after=[own]))
+    reference = _dataset(toy_coco_root, _pipeline(after=[own]), batched_fetch=False)
+    _assert_same_samples(_per_sample(reference, INDICES), _batched(dataset, INDICES))
+    _batched(dataset, INDICES)
+    logged = log_file.read_text()
+    assert logged.count('batched fetch off, samples load one by one: CountInstances comes '
+                        'after NativeLoadResizeFlip') == 1
+    assert batch_plan(Compose(_pipeline(after=[own])).transforms)[0] is None
+    worker_mode = [LoadLazyAnnotations(), NativeLoadResizeFlip(scale=(100, 100)), PackDetInputs()]
+    assert "pixels_on='worker', not 'device'" in batch_plan(worker_mode)[1]
+
+
+def test_a_new_pipeline_gets_its_own_decision(toy_coco_root, log_file):
+    dataset = _dataset(toy_coco_root)
+    assert _one_storage(_batched(dataset, INDICES))
+    dataset.pipeline = Compose(_pipeline(after=[CountInstances()]))  # PipelineSwitchHook
+    assert not _one_storage(_batched(dataset, INDICES))
+    logged = log_file.read_text()
+    assert 'batched fetch on: one native decode call per batch' in logged
+    assert 'batched fetch off' in logged
+
+
+def _rotated_with_exif(path: Path) -> None:
+    """Rewrite the JPEG as a phone does: pixels stored rotated, EXIF orientation 6 to undo it."""
+    image = cv2.imread(str(path))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # display = stored rotated 90 degrees clockwise
+    stored = cv2.rotate(image, cv2.ROTATE_90_COUNTERCLOCKWISE)
+    Image.fromarray(stored[:, :, ::-1]).save(str(path), 'JPEG', quality=95, exif=exif)
+
+
+def test_exif_rotated_photos_are_batched_exactly(toy_coco_root, tmp_path, log_file):
+    root = tmp_path / 'rotated'
+    shutil.copytree(toy_coco_root, root)
+    _rotated_with_exif(root / 'train' / '000003.jpg')
+    assert cv2.imread(str(root / 'train' / '000003.jpg')).shape == (240, 320, 3)
+    for resize in RESIZES[:2]:  # full-size and reduced decode
+        dataset = _dataset(root, _pipeline(resize))
+        reference = _dataset(root, _pipeline(resize), batched_fetch=False)
+        samples = _batched(dataset, INDICES)
+        _assert_same_samples(_per_sample(reference, INDICES), samples)
+        assert _one_storage(samples)
+    assert 'instead of batched' not in log_file.read_text()
+
+
+@pytest.fixture
+def bad_root(toy_coco_root, tmp_path):
+    """Image 2 truncated (refused when read), image 6 with corrupt entropy-coded data (refused
+    when decoded, with a valid header); validation off to reach the pipeline."""
+    root = tmp_path / 'bad'
+    shutil.copytree(toy_coco_root, root)
+    data = (root / 'train' / '000001.jpg').read_bytes()
+    (root / 'train' / '000001.jpg').write_bytes(data[:len(data) // 3])
+    data = bytearray((root / 'train' / '000005.jpg').read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(range(7, 71))  # garbage inside the scan, the end intact
+    (root / 'train' / '000005.jpg').write_bytes(bytes(data))
+    return root
+
+
+def _bad_records(work_dir):
+    lines = (work_dir / 'bad_samples.jsonl').read_text().splitlines()
+    return sorted((r['sample_idx'], r['img_id']) for r in map(json.loads, lines))
+
+
+def test_bad_samples_are_skipped_and_replaced_as_in_the_per_sample_path(bad_root, tmp_path,
+                                                                        log_file):
+    options = dict(validate=False, on_bad_sample='skip', max_bad_fraction=1.0)
+    dataset = _dataset(bad_root, work_dir=str(tmp_path / 'batched'), **options)
+    reference = _dataset(bad_root, work_dir=str(tmp_path / 'reference'), batched_fetch=False,
+                         **options)
+    indices = [0, 1, 2, 5, 6]
+    for seed in range(3):
+        samples = _batched(dataset, indices, seed)
+        _assert_same_samples(_per_sample(reference, indices, seed), samples)
+        assert not {s['data_samples'].img_id for s in samples} & {2, 6}
+    assert _bad_records(tmp_path / 'batched') == _bad_records(tmp_path / 'reference') \
+        == [(1, 2), (5, 6)]  # each logged once, by either path
+    assert dataset.bad_samples.tried == reference.bad_samples.tried
+    assert dataset.bad_samples.bad_count == reference.bad_samples.bad_count
+    logged = log_file.read_text()
+    assert logged.count('instead of batched (logged once per process)') == 1
+    assert '000005.jpg' in logged and 'corrupt' in logged
+
+
+def test_bad_sample_under_raise_names_it_in_batch_mode_too(bad_root):
+    from mmdet_ext.datasets import BadSampleError
+    dataset = _dataset(bad_root, validate=False)
+    with pytest.raises(BadSampleError, match=r'sample 1 \(img_id=2.*truncated JPEG'):
+        dataset.__getitems__([0, 1])
+    with pytest.raises(BadSampleError, match=r'sample 5 \(img_id=6.*000005.jpg.*corrupt'):
+        dataset.__getitems__([0, 5])
