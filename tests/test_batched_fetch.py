@@ -362,3 +362,68 @@ def test_bad_sample_under_raise_names_it_in_batch_mode_too(bad_root):
         dataset.__getitems__([0, 1])
     with pytest.raises(BadSampleError, match=r'sample 5 \(img_id=6.*000005.jpg.*corrupt'):
         dataset.__getitems__([0, 5])
+
+
+# ---------------------------------------------------------------------------------------------
+# mmengine's wrappers forward the batched fetch (PerSampleSeedDataset: ExactResumeHook's path)
+# ---------------------------------------------------------------------------------------------
+
+def _wrapped(kind, root, **kwargs):
+    from mmengine.dataset import ClassBalancedDataset, ConcatDataset, RepeatDataset
+    if kind == 'repeat':
+        return RepeatDataset(_dataset(root, **kwargs), times=3)
+    if kind == 'class_balanced':
+        return ClassBalancedDataset(_dataset(root, **kwargs), oversample_thr=1.0)
+    return ConcatDataset([_dataset(root, **kwargs), _dataset(root, _pipeline(RESIZES[1]),
+                                                             **kwargs)])
+
+
+@pytest.mark.parametrize('kind', ['repeat', 'class_balanced', 'concat'])
+def test_wrappers_forward_the_batched_fetch(toy_coco_root, kind):
+    dataset = PerSampleSeedDataset(_wrapped(kind, toy_coco_root))
+    reference = PerSampleSeedDataset(_wrapped(kind, toy_coco_root, batched_fetch=False))
+    assert len(dataset) > 8
+    indices = [len(dataset) - 1, 0, 9, 3, 8, 1]  # both halves of the ConcatDataset, mixed
+    keys = [SeededKey(index, 99 + slot) for slot, index in enumerate(indices)]
+    samples = dataset.__getitems__(keys)
+    _assert_same_samples([reference[key] for key in keys], samples)
+    if kind != 'concat':
+        assert _one_storage(samples)
+    else:  # one batch call per wrapped dataset: two buffers
+        assert len({s['inputs'].untyped_storage().data_ptr() for s in samples}) == 2
+
+
+def test_a_dataset_without_batched_fetch_is_logged_once(toy_coco_root, log_file):
+    from mmdet_ext.datasets import wrapper_fetch
+    wrapper_fetch._logged.discard('ConcatDataset')
+    concat = _wrapped('concat', toy_coco_root)
+    reference = _wrapped('concat', toy_coco_root, batched_fetch=False)
+    for _ in range(2):  # without seeds: sample by sample, in order
+        _assert_same_samples(_per_sample(reference, [0, 9, 1]),
+                             (np.random.seed(0), wrapper_fetch.fetch_batch(concat, [0, 9, 1],
+                                                                           None))[1])
+    assert log_file.read_text().count('ConcatDataset loads its batches sample by sample '
+                                      '(without seeds)') == 1
+
+
+def test_the_runners_num_batch_per_epoch_slice_keeps_the_batched_fetch(toy_coco_root):
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import Runner
+    init_default_scope('mmdet')
+    pipeline = [dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
+                dict(type='NativeLoadResizeFlip', scale=(1333, 800), keep_ratio=True, prob=0.5,
+                     pixels_on='device'),
+                dict(type='PackDetInputs', meta_keys=DEFERRED_META_KEYS)]
+    loader = Runner.build_dataloader(dict(
+        batch_size=3, num_workers=0, num_batch_per_epoch=2,
+        sampler=dict(type='DefaultSampler', shuffle=False),
+        collate_fn=dict(type='pseudo_collate'),
+        dataset=dict(type='LazyCocoDataset', data_root=str(toy_coco_root),
+                     ann_file='annotations/instances_train.json',
+                     data_prefix=dict(img='train/'), metainfo=dict(classes=CLASSES),
+                     pipeline=pipeline)), seed=0)
+    assert type(loader.dataset).__name__ == '_SlicedDataset'
+    batches = list(loader)
+    assert len(batches) == 2
+    for batch in batches:  # each batch decoded into one buffer: the batched fetch ran
+        assert len({image.untyped_storage().data_ptr() for image in batch['inputs']}) == 1

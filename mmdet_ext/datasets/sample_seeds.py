@@ -95,12 +95,13 @@ class PerSampleSeedDataset(Dataset):
             return self.dataset[key.index]
 
     def __getitems__(self, keys: list) -> list:
-        """A batch: the wrapped dataset's ``fetch_batch`` (each sample under its seed) when it
-        has one, else sample by sample as ``__getitem__``."""
-        fetch_batch = getattr(self.dataset, 'fetch_batch', None)
-        if fetch_batch is None or not all(isinstance(key, SeededKey) for key in keys):
+        """A batch, each sample under its seed: batched where the dataset, or what mmengine's
+        wrappers around it wrap, has ``fetch_batch`` (``wrapper_fetch.py``), else sample by
+        sample as ``__getitem__``."""
+        if not all(isinstance(key, SeededKey) for key in keys):
             return [self[key] for key in keys]
-        return fetch_batch([key.index for key in keys], [key.seed for key in keys])
+        from .wrapper_fetch import fetch_batch  # here: it imports seeded_rngs from this module
+        return fetch_batch(self.dataset, [key.index for key in keys], [key.seed for key in keys])
 
 
 class ResumableBatchSampler:

@@ -1,0 +1,332 @@
+"""The batched fetch (issue 30) against the per-sample paths, mmdet and the decode ceiling.
+
+DataLoader throughput in samples/s and CPU-seconds per sample summed over every process (main and
+workers: user + system), steady state (persistent workers, one untimed pass, then timed passes),
+warm page cache, all pinned to the same cores (``os.sched_setaffinity``, as ``taskset``; workers
+inherit it). Rounds interleave the contenders; each keeps its best round. Contenders:
+
+- mmdet default: ``LoadImageFromFile`` + ``LoadAnnotations(poly2mask=True)`` + ``Resize`` +
+  ``RandomFlip(0.5)`` + ``PackDetInputs``, ``pseudo_collate``;
+- mmdet best: ``poly2mask=False``, ``imdecode_backend='turbojpeg'``, ``cv2.setNumThreads(0)``,
+  persistent workers, workers swept (the best count kept); pin_memory has no effect without CUDA;
+- today, fused: ``LoadLazyAnnotations`` + ``NativeLoadResizeFlip`` + ``PackDetInputs``,
+  ``fast_collate`` (resized, padded uint8 batch);
+- today, deferred: the same with ``pixels_on='device'``, ``batched_fetch=False`` (per sample);
+- batched, workers: ``pixels_on='device'`` with the batched fetch (one ``decode_images_into``
+  per batch in each worker, into shared memory that ``fast_collate`` passes on);
+- batched, threads: the same with ``num_workers=0`` and ``decode_threads`` = the cores;
+- ceiling: the same decoder (``decode_image``, libjpeg) on the same files at the same
+  parallelism, nothing else: read + decode in the workers, only the shape sent back; and read +
+  ``decode_images_into`` per batch on the threads in one process. The better of the two.
+
+Our contenders load through ``PerSampleSeedDataset`` with seeded batches (``ExactResumeHook``'s
+path), and the first batches of the deferred and batched paths are asserted identical before
+anything is timed. Annotations: COCO-like (``make_scale_coco``: ~7.3 instances per image, 86%
+one-part polygons of ~24 points, 1% crowd RLEs at 640x480; polygons and boxes scaled up, crowd
+left out, at 2560x1920); images: real photographs (``benchmarks/photos.py``), or
+``--content synthetic`` (``deferred_pipeline.photo_like``).
+
+    PYTHONPATH=. python3 benchmarks/batched_fetch.py [--images 64] [--batch-size 8]
+        [--cores 0,1] [--passes 2] [--rounds 2]
+"""
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import cv2
+import mmcv
+import numpy as np
+import psutil
+import torch
+from mmdet.datasets import CocoDataset
+from mmengine.dataset import pseudo_collate
+from mmengine.registry import init_default_scope
+from torch.utils.data import DataLoader, Dataset
+
+import mmdet_ext
+from benchmarks import write_report
+from benchmarks.deferred_pipeline import photo_like
+from benchmarks.make_scale_coco import SIZES
+from benchmarks.make_scale_coco import write as write_coco_json
+from benchmarks.photos import load_photos, photo_crop
+from mmdet_ext import LazyCocoDataset, fast_collate
+from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset, SeededKey
+from mmdet_ext.io import read_image_header
+from mmdet_ext.ops import decode_image, decode_images_into
+from mmdet_ext.transforms import DEFERRED_META_KEYS
+
+SCENARIOS = [('640x480 -> 1333x800', 640, 480, (1333, 800)),
+             ('2560x1920 -> 1333x800', 2560, 1920, (1333, 800))]
+MMDET_BEST_WORKERS = (1, 2, 3, 4)
+
+
+def make_dataset(root: Path, count: int, width: int, height: int, content: str) -> list[str]:
+    """COCO-like annotations and ``count`` JPEGs (quality 90) of width x height under root."""
+    (root / 'annotations').mkdir(parents=True)
+    (root / 'train').mkdir()
+    raw = root / 'annotations' / 'raw.json'
+    write_coco_json('coco', raw, scale=count / SIZES['coco'][0])
+    data = json.loads(raw.read_text())
+    raw.unlink()
+    factor = width / 640
+    for image in data['images']:
+        image['height'], image['width'] = height, width
+    if factor != 1:  # crowd RLEs are drawn for 640x480: left out rather than resampled
+        data['annotations'] = [a for a in data['annotations'] if not a['iscrowd']]
+        for ann in data['annotations']:
+            ann['bbox'] = [v * factor for v in ann['bbox']]
+            ann['area'] *= factor * factor
+            ann['segmentation'] = [[v * factor for v in part] for part in ann['segmentation']]
+    (root / 'annotations' / 'instances_train.json').write_text(json.dumps(data))
+    photos = load_photos() if content == 'photos' else None
+    paths = []
+    for i, image in enumerate(data['images']):
+        rng = np.random.default_rng(i)
+        pixels = photo_crop(photos, rng, width, height) if photos else photo_like(rng, width,
+                                                                                    height)
+        path = str(root / 'train' / image['file_name'])
+        cv2.imwrite(path, pixels, [cv2.IMWRITE_JPEG_QUALITY, 90])
+        paths.append(path)
+    return paths
+
+
+def mmdet_dataset(root: Path, scale: tuple, poly2mask: bool, backend: str) -> CocoDataset:
+    return CocoDataset(
+        data_root=str(root), ann_file='annotations/instances_train.json',
+        data_prefix=dict(img='train/'),
+        pipeline=[dict(type='LoadImageFromFile', imdecode_backend=backend),
+                  dict(type='LoadAnnotations', with_bbox=True, with_mask=True,
+                       poly2mask=poly2mask),
+                  dict(type='Resize', scale=scale, keep_ratio=True),
+                  dict(type='RandomFlip', prob=0.5),
+                  dict(type='PackDetInputs')])
+
+
+def our_dataset(root: Path, scale: tuple, pixels_on: str, **kwargs) -> PerSampleSeedDataset:
+    meta_keys = DEFERRED_META_KEYS if pixels_on == 'device' else DEFERRED_META_KEYS[:-1]
+    return PerSampleSeedDataset(LazyCocoDataset(
+        data_root=str(root), ann_file='annotations/instances_train.json',
+        data_prefix=dict(img='train/'),
+        pipeline=[dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
+                  dict(type='NativeLoadResizeFlip', scale=scale, keep_ratio=True, prob=0.5,
+                       pixels_on=pixels_on),
+                  dict(type='PackDetInputs', meta_keys=meta_keys)], **kwargs))
+
+
+def seeded_batches(count: int, batch_size: int) -> list[list[SeededKey]]:
+    return [[SeededKey(i, 1_000_003 * i % (1 << 31)) for i in range(start, min(start + batch_size,
+                                                                               count))]
+            for start in range(0, count, batch_size)]
+
+
+class DecodeInWorkers(Dataset):
+    """Ceiling, processes: read + decode_image, only the decoded shape goes back."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple:
+        with open(self.paths[index], 'rb') as f:
+            data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+        return tuple(decode_image(data).shape)
+
+
+def shapes_only(batch: list) -> dict:
+    return {'data_samples': batch}
+
+
+class DecodeOnThreads:
+    """Ceiling, threads: read + decode_images_into per batch into a buffer allocated once."""
+
+    def __init__(self, paths: list[str], batch_size: int, threads: int) -> None:
+        self.paths, self.batch_size, self.threads = paths, batch_size, threads
+        self.buffer = torch.empty(0, dtype=torch.uint8)
+
+    def __iter__(self):
+        for start in range(0, len(self.paths), self.batch_size):
+            data, shapes = [], []
+            for path in self.paths[start:start + self.batch_size]:
+                with open(path, 'rb') as f:
+                    raw = f.read()
+                header = read_image_header(raw)
+                data.append(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+                shapes.append((3, header.height, header.width))
+            sizes = [int(np.prod(s)) for s in shapes]
+            offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+            if self.buffer.numel() < offsets[-1]:
+                self.buffer = torch.empty(offsets[-1], dtype=torch.uint8)
+            decode_images_into(data, 'color', [1] * len(data), self.buffer, offsets[:-1], shapes,
+                               num_threads=self.threads)
+            yield {'data_samples': shapes}
+
+
+def cpu_seconds(processes: list) -> float:
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def measure(loader, passes: int) -> tuple[float, float]:
+    """(samples/s, CPU-seconds per sample over this process and its workers), steady state."""
+    for _ in loader:  # warm-up: workers started, caches warm
+        pass
+    me = psutil.Process()
+    processes = [me] + me.children(recursive=True)
+    cpu_before, start = cpu_seconds(processes), time.perf_counter()
+    count = sum(len(batch['data_samples']) for _ in range(passes) for batch in loader)
+    elapsed, cpu = time.perf_counter() - start, cpu_seconds(processes) - cpu_before
+    return count / elapsed, cpu / count
+
+
+def loader(dataset, batch_size: int, workers: int, collate, seeded: bool):
+    options = dict(num_workers=workers, collate_fn=collate, persistent_workers=workers > 0)
+    if seeded:
+        return DataLoader(dataset, batch_sampler=seeded_batches(len(dataset), batch_size),
+                          **options)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, **options)
+
+
+def assert_same_batches(*loaders) -> None:
+    """The first two batches of every loader are the same: or the timings compare nothing."""
+    firsts = [[batch for _, batch in zip(range(2), ld)] for ld in loaders]
+    for batches in firsts[1:]:
+        for got, want in zip(batches, firsts[0]):
+            assert torch.equal(got['inputs'], want['inputs'])
+            for key in ('image_shapes', 'out_shapes', 'flips'):
+                assert torch.equal(got['pending_warp'][key], want['pending_warp'][key])
+            assert [s.img_id for s in got['data_samples']] == \
+                [s.img_id for s in want['data_samples']]
+            for g, w in zip(got['data_samples'], want['data_samples']):
+                assert torch.equal(g.gt_instances.bboxes.tensor, w.gt_instances.bboxes.tensor)
+                assert np.array_equal(g.gt_instances.masks.to_ndarray(),
+                                      w.gt_instances.masks.to_ndarray())
+
+
+def run_scenario(root: Path, paths: list[str], scale: tuple, args, cores: int) -> dict:
+    batch, passes = args.batch_size, args.passes
+    contenders = {
+        'mmdet default': lambda: loader(mmdet_dataset(root, scale, True, 'cv2'), batch,
+                                        args.workers, pseudo_collate, False),
+        'today, fused': lambda: loader(our_dataset(root, scale, 'worker'), batch, args.workers,
+                                       fast_collate, True),
+        'today, deferred': lambda: loader(our_dataset(root, scale, 'device',
+                                                      batched_fetch=False), batch,
+                                          args.workers, fast_collate, True),
+        'batched, workers': lambda: loader(our_dataset(root, scale, 'device'), batch,
+                                           args.workers, fast_collate, True),
+        'batched, threads': lambda: loader(our_dataset(root, scale, 'device',
+                                                       decode_threads=cores), batch, 0,
+                                           fast_collate, True),
+        'ceiling, processes': lambda: loader(DecodeInWorkers(paths), batch, args.workers,
+                                             shapes_only, False),
+        'ceiling, threads': lambda: DecodeOnThreads(paths, batch, cores),
+    }
+    for workers in MMDET_BEST_WORKERS:
+        contenders[f'mmdet best, {workers} workers'] = (
+            lambda w=workers: loader(mmdet_dataset(root, scale, False, 'turbojpeg'), batch, w,
+                                     pseudo_collate, False))
+    assert_same_batches(contenders['today, deferred'](), contenders['batched, workers'](),
+                        contenders['batched, threads']())
+    built = {name: make() for name, make in contenders.items()}
+    result = {name: (0.0, 0.0) for name in built}
+    for _ in range(args.rounds):
+        for name, ld in built.items():
+            rate, cpu = measure(ld, passes)
+            if rate > result[name][0]:
+                result[name] = (rate, cpu)
+    del built
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--images', type=int, default=64)
+    parser.add_argument('--batch-size', type=int, default=8)
+    parser.add_argument('--workers', type=int, default=2)
+    parser.add_argument('--cores', default='0,1', help='the CPUs every contender is pinned to')
+    parser.add_argument('--passes', type=int, default=2)
+    parser.add_argument('--rounds', type=int, default=2)
+    parser.add_argument('--content', choices=('photos', 'synthetic'), default='photos')
+    parser.add_argument('--out', type=Path, default=Path('benchmarks/results/batched_fetch.md'))
+    args = parser.parse_args()
+    cores = [int(c) for c in args.cores.split(',')]
+    os.sched_setaffinity(0, cores)
+    torch.set_num_threads(1)
+    cv2.setNumThreads(0)  # mmdet's best setting; our decoder uses no OpenCV threads
+    init_default_scope('mmdet')
+    mmcv.use_backend('turbojpeg')
+    load_before = os.getloadavg()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, width, height, scale in SCENARIOS:
+            root = Path(tmp) / f'{width}x{height}'
+            paths = make_dataset(root, args.images, width, height, args.content)
+            result = run_scenario(root, paths, scale, args, len(cores))
+            rows.append((name, result))
+            print(name, result, flush=True)
+    load_after = os.getloadavg()
+    write_report(args.out, report(rows, args, cores, load_before, load_after))
+
+
+def report(rows, args, cores, load_before, load_after) -> list[str]:
+    order = ['mmdet default', 'mmdet best', 'today, fused', 'today, deferred',
+             'batched, workers', 'batched, threads', 'ceiling']
+    lines = [
+        '# Batched fetch vs the per-sample paths, mmdet and the decode ceiling (issue 30)',
+        '',
+        f'Command: `PYTHONPATH=. python3 benchmarks/batched_fetch.py --images {args.images} '
+        f'--batch-size {args.batch_size} --workers {args.workers} --cores {args.cores} '
+        f'--passes {args.passes} --rounds {args.rounds} --content {args.content}`',
+        '',
+        f'Machine: {platform.machine()}, pinned to CPUs {cores} of '
+        f'{psutil.cpu_count()}, Python {platform.python_version()}, torch {torch.__version__}, '
+        f'mmdet_ext {mmdet_ext.__version__}. Load average (1, 5, 15 min) before: '
+        f'{", ".join(f"{v:.2f}" for v in load_before)}; after: '
+        f'{", ".join(f"{v:.2f}" for v in load_after)}. {args.images} '
+        f'{"real photographs (benchmarks/photos.py)" if args.content == "photos" else "photo-like synthetic images"} '
+        f'per scenario as quality-90 JPEGs, COCO-like annotations, batch {args.batch_size}, '
+        f'{args.workers} workers unless said, persistent; best of {args.rounds} interleaved '
+        f'rounds of one warm-up pass + {args.passes} timed passes. CPU s/sample: user + system '
+        'of the main process and its workers over the timed passes, divided by the samples.',
+        '',
+        '| scenario | ' + ' | '.join(order) + ' | batched / ceiling | batched / mmdet best '
+        '| batched / today deferred |',
+        '|---|' + '---:|' * (len(order) + 3),
+    ]
+    for name, result in rows:
+        best_mmdet = max((v for k, v in result.items() if k.startswith('mmdet best')),
+                         key=lambda v: v[0])
+        best_workers = [k for k, v in result.items() if v == best_mmdet][0].split(', ')[1]
+        ceiling = max(result['ceiling, processes'], result['ceiling, threads'],
+                      key=lambda v: v[0])
+        batched = max(result['batched, workers'], result['batched, threads'], key=lambda v: v[0])
+        cells = {**result, 'mmdet best': best_mmdet, 'ceiling': ceiling}
+        row = [f'{cells[k][0]:.1f} ({1000 * cells[k][1]:.1f})' for k in order]
+        lines.append(f'| {name} | ' + ' | '.join(row) + f' | {batched[0] / ceiling[0]:.2f}x | '
+                     f'{batched[0] / best_mmdet[0]:.2f}x | '
+                     f'{batched[0] / result["today, deferred"][0]:.2f}x |')
+        lines.append('')
+        lines.append(f'{name}: mmdet best with {best_workers}; every row: ' + ', '.join(
+            f'{k} {v[0]:.1f}/s ({1000 * v[1]:.1f} CPU ms)' for k, v in result.items()))
+        lines.append('')
+    lines += ['Cells: samples/s (CPU ms per sample). "batched" is the better of the workers and '
+              'threads rows; "ceiling" the better of decoding in worker processes and on threads.',
+              'Goals (issue 30): batched >= 0.9x the decode ceiling at 640x480, >= 2.5x mmdet\'s '
+              'best setting.']
+    return lines
+
+
+if __name__ == '__main__':
+    main()
