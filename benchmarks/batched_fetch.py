@@ -30,6 +30,7 @@ left out, at 2560x1920); images: real photographs (``benchmarks/photos.py``), or
         [--cores 0,1] [--passes 2] [--rounds 2]
 """
 import argparse
+import gc
 import json
 import os
 import platform
@@ -239,15 +240,25 @@ def run_scenario(root: Path, paths: list[str], scale: tuple, args, cores: int) -
                                      pseudo_collate, False))
     assert_same_batches(contenders['today, deferred'](), contenders['batched, workers'](),
                         contenders['batched, threads']())
-    built = {name: make() for name, make in contenders.items()}
-    result = {name: (0.0, 0.0) for name in built}
+    result = {name: (0.0, 0.0) for name in contenders}
     for _ in range(args.rounds):
-        for name, ld in built.items():
+        for name, make in contenders.items():
+            # Built for this measurement and shut down after it: no other contender's workers
+            # are alive while one is timed.
+            ld = make()
             rate, cpu = measure(ld, passes)
+            shut_down(ld)
             if rate > result[name][0]:
                 result[name] = (rate, cpu)
-    del built
     return result
+
+
+def shut_down(ld) -> None:
+    iterator = getattr(ld, '_iterator', None)
+    if iterator is not None and hasattr(iterator, '_shutdown_workers'):
+        iterator._shutdown_workers()
+    del ld
+    gc.collect()
 
 
 def main() -> None:
@@ -305,6 +316,7 @@ def report(rows, args, cores, load_before, load_after) -> list[str]:
         '| batched / today deferred |',
         '|---|' + '---:|' * (len(order) + 3),
     ]
+    details = []
     for name, result in rows:
         best_mmdet = max((v for k, v in result.items() if k.startswith('mmdet best')),
                          key=lambda v: v[0])
@@ -317,14 +329,12 @@ def report(rows, args, cores, load_before, load_after) -> list[str]:
         lines.append(f'| {name} | ' + ' | '.join(row) + f' | {batched[0] / ceiling[0]:.2f}x | '
                      f'{batched[0] / best_mmdet[0]:.2f}x | '
                      f'{batched[0] / result["today, deferred"][0]:.2f}x |')
-        lines.append('')
-        lines.append(f'{name}: mmdet best with {best_workers}; every row: ' + ', '.join(
-            f'{k} {v[0]:.1f}/s ({1000 * v[1]:.1f} CPU ms)' for k, v in result.items()))
-        lines.append('')
-    lines += ['Cells: samples/s (CPU ms per sample). "batched" is the better of the workers and '
-              'threads rows; "ceiling" the better of decoding in worker processes and on threads.',
-              'Goals (issue 30): batched >= 0.9x the decode ceiling at 640x480, >= 2.5x mmdet\'s '
-              'best setting.']
+        details += [f'- {name}: mmdet best with {best_workers}. Every row: ' + ', '.join(
+            f'{k} {v[0]:.1f}/s ({1000 * v[1]:.1f} CPU ms)' for k, v in result.items()) + '.']
+    lines += ['', 'Cells: samples/s (CPU ms per sample). "batched" is the better of the workers '
+              'and threads rows; "ceiling" the better of decoding in worker processes and on '
+              'threads. Goals (issue 30): batched >= 0.9x the decode ceiling at 640x480, >= 2.5x '
+              'mmdet\'s best setting.', '', *details]
     return lines
 
 

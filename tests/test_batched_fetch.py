@@ -4,6 +4,7 @@ flips, same pixels, same annotations and metainfo -- through real DataLoader wor
 threads option, with bad samples, EXIF-rotated photos, the per-sample fall back and its log, and a
 batch that reaches the training process in the very buffer it was decoded into."""
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -427,3 +428,29 @@ def test_the_runners_num_batch_per_epoch_slice_keeps_the_batched_fetch(toy_coco_
     assert len(batches) == 2
     for batch in batches:  # each batch decoded into one buffer: the batched fetch ran
         assert len({image.untyped_storage().data_ptr() for image in batch['inputs']}) == 1
+
+
+def test_the_inflight_record_names_every_file_of_a_batch_decode(toy_coco_root, tmp_path):
+    from mmdet_ext.datasets.inflight import RECORD_BYTES, InflightRecord, inflight_path
+
+    class RecordingInflight(InflightRecord):
+        """The real record (a file in tmp_path), plus the list of what it was told."""
+
+        def __init__(self, directory):
+            super().__init__(directory)
+            self.told = []
+
+        def begin(self, description):
+            self.told.append(description)
+            super().begin(description)
+
+    dataset = _dataset(toy_coco_root)
+    dataset.inflight = RecordingInflight(str(tmp_path))
+    dataset.__getitems__([0, 5])
+    paths = [str(toy_coco_root / 'train' / f'{i:06d}.jpg') for i in (0, 5)]
+    assert dataset.inflight.told == [
+        f'sample 0 (img_id=1, img_path={paths[0]})', f'sample 5 (img_id=6, img_path={paths[1]})',
+        f'batch decode of 2 images: sample 0 ({paths[0]}), sample 5 ({paths[1]})']
+    assert len(f'loading {dataset.inflight.told[-1]}') * 8 < RECORD_BYTES  # a batch of 16 fits
+    record = Path(inflight_path(str(tmp_path), os.getpid())).read_text()
+    assert record.strip() == 'idle'

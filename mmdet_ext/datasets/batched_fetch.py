@@ -144,7 +144,8 @@ class BatchedFetcher:
         for index, seed in zip(indices, seeds):
             with seeded_rngs(seed) if seed is not None else contextlib.nullcontext():
                 planned.append(self._plan_sample(index))
-        images = self._decode([pending for _, _, pending in planned])
+        images = self._decode([index for index, _, _ in planned],
+                              [pending for _, _, pending in planned])
         samples = []
         for (index, results, _), image in zip(planned, images):
             self.plan.loader.finish(results, image)
@@ -181,7 +182,7 @@ class BatchedFetcher:
         pending = self.plan.loader.plan(results)
         return None if pending is None else (results, pending)
 
-    def _decode(self, pendings: list[PendingDecode]) -> list[torch.Tensor]:
+    def _decode(self, indices: list[int], pendings: list[PendingDecode]) -> list[torch.Tensor]:
         """Every image of the batch, Tensor[C, H, W] views of one buffer, in one native call."""
         sizes = [int(np.prod(p.shape)) for p in pendings]
         offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
@@ -195,7 +196,8 @@ class BatchedFetcher:
         if not to_decode:
             return images
         loader = self.plan.loader
-        names = ', '.join(pendings[i].filename for i in to_decode)
+        names = ', '.join(f'sample {indices[i]} ({pendings[i].filename})' for i in to_decode)
+        # A decoder crash kills the process mid-call: the record names every file of the call.
         self.dataset.inflight.begin(f'batch decode of {len(to_decode)} images: {names}')
         try:
             decode_images_into([pendings[i].encoded for i in to_decode], loader.color_type,
@@ -205,7 +207,7 @@ class BatchedFetcher:
                                loader.max_pixels,
                                self.decode_threads or default_decode_threads())
         except RuntimeError as err:
-            raise _FallBack(f'{err} (positions among the {len(to_decode)} images: {names})') \
+            raise _FallBack(f'{err} (images in order: {names})') \
                 from err
         finally:
             self.dataset.inflight.end()

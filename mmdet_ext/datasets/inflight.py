@@ -15,7 +15,9 @@ import os.path as osp
 import re
 from typing import Optional
 
-RECORD_BYTES = 1024  # fixed size, so a shorter record overwrites a longer one completely
+# Fixed size, so a shorter record overwrites a longer one completely; room for a batch decode,
+# which names every file of its batch (batched_fetch.py).
+RECORD_BYTES = 4096
 _PIDS = re.compile(r'pid(?:\(s\))? ([\d, ]+)')
 
 
