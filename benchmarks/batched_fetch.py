@@ -261,6 +261,51 @@ def shut_down(ld) -> None:
     gc.collect()
 
 
+def phase_times(root: Path, scale: tuple, batch_size: int, cores: int,
+                passes: int) -> dict[str, float]:
+    """Where a batched sample's time goes, threads mode (one process): ms per sample of each
+    step, each timed around its own calls, after one untimed pass."""
+    dataset = our_dataset(root, scale, 'device', decode_threads=cores)
+    inner = dataset.dataset
+    totals: dict[str, float] = {}
+
+    def timed(owner, name: str, label: str) -> None:
+        call = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                totals[label] = totals.get(label, 0.0) + time.perf_counter() - start
+        setattr(owner, name, wrapper)  # on the instance: nothing else sees it
+
+    batches = seeded_batches(len(inner), batch_size)
+    fast_collate(dataset.__getitems__(batches[0]))  # builds the fetcher, so it can be timed
+    fetcher = inner._fetcher
+    annotations, loader, pack = inner.pipeline.transforms
+    timed(inner, 'get_data_info', 'get_data_info (store record to data_info)')
+    timed(annotations, 'transform', 'LoadLazyAnnotations')
+    timed(loader, 'plan', 'NativeLoadResizeFlip.plan (read, header, geometry, flip)')
+    timed(fetcher, '_decode', 'decode_images_into (one call, the batch)')
+    timed(loader, 'finish', 'NativeLoadResizeFlip.finish')
+    timed(pack, 'transform', 'PackDetInputs')
+    timed(fetcher, 'fetch', 'whole fetch')
+    for batch in batches:  # warm-up
+        fast_collate(dataset.__getitems__(batch))
+    totals.clear()
+    start = time.perf_counter()
+    for _ in range(passes):
+        for batch in batches:
+            fast_collate(dataset.__getitems__(batch))
+    totals['whole batch, fast_collate included'] = time.perf_counter() - start
+    samples = passes * len(inner)
+    steps = sum(v for k, v in totals.items() if not k.startswith('whole'))
+    totals['the rest of the fetch (seeded RNGs, bad-sample and in-flight bookkeeping)'] = (
+        totals['whole fetch'] - steps)
+    return {label: 1000 * value / samples for label, value in totals.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--images', type=int, default=64)
@@ -279,21 +324,25 @@ def main() -> None:
     init_default_scope('mmdet')
     mmcv.use_backend('turbojpeg')
     load_before = os.getloadavg()
-    rows = []
+    rows, phases = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name, width, height, scale in SCENARIOS:
             root = Path(tmp) / f'{width}x{height}'
             paths = make_dataset(root, args.images, width, height, args.content)
             result = run_scenario(root, paths, scale, args, len(cores))
             rows.append((name, result))
-            print(name, result, flush=True)
+            phases.append((name, phase_times(root, scale, args.batch_size, len(cores),
+                                             args.passes)))
+            print(name, result, phases[-1], flush=True)
     load_after = os.getloadavg()
-    write_report(args.out, report(rows, args, cores, load_before, load_after))
+    write_report(args.out, report(rows, phases, args, cores, load_before, load_after))
 
 
-def report(rows, args, cores, load_before, load_after) -> list[str]:
+def report(rows, phases, args, cores, load_before, load_after) -> list[str]:
     order = ['mmdet default', 'mmdet best', 'today, fused', 'today, deferred',
              'batched, workers', 'batched, threads', 'ceiling']
+    content = ('real photographs (benchmarks/photos.py)' if args.content == 'photos'
+               else 'photo-like synthetic images')
     lines = [
         '# Batched fetch vs the per-sample paths, mmdet and the decode ceiling (issue 30)',
         '',
@@ -305,9 +354,8 @@ def report(rows, args, cores, load_before, load_after) -> list[str]:
         f'{psutil.cpu_count()}, Python {platform.python_version()}, torch {torch.__version__}, '
         f'mmdet_ext {mmdet_ext.__version__}. Load average (1, 5, 15 min) before: '
         f'{", ".join(f"{v:.2f}" for v in load_before)}; after: '
-        f'{", ".join(f"{v:.2f}" for v in load_after)}. {args.images} '
-        f'{"real photographs (benchmarks/photos.py)" if args.content == "photos" else "photo-like synthetic images"} '
-        f'per scenario as quality-90 JPEGs, COCO-like annotations, batch {args.batch_size}, '
+        f'{", ".join(f"{v:.2f}" for v in load_after)}. {args.images} {content} per scenario '
+        f'as quality-90 JPEGs, COCO-like annotations, batch {args.batch_size}, '
         f'{args.workers} workers unless said, persistent; best of {args.rounds} interleaved '
         f'rounds of one warm-up pass + {args.passes} timed passes. CPU s/sample: user + system '
         'of the main process and its workers over the timed passes, divided by the samples.',
@@ -335,6 +383,14 @@ def report(rows, args, cores, load_before, load_after) -> list[str]:
               'and threads rows; "ceiling" the better of decoding in worker processes and on '
               'threads. Goals (issue 30): batched >= 0.9x the decode ceiling at 640x480, >= 2.5x '
               'mmdet\'s best setting.', '', *details]
+    labels = list(phases[0][1])
+    lines += ['', '## Where a batched sample\'s time goes (threads, one process)', '',
+              f'ms per sample, {args.passes} passes after a warm-up, each step timed around its '
+              f'own calls; the decode runs on {len(cores)} native threads.', '',
+              '| step | ' + ' | '.join(name for name, _ in phases) + ' |',
+              '|---|' + '---:|' * len(phases)]
+    lines += [f'| {label} | ' + ' | '.join(f'{times[label]:.3f}' for _, times in phases) + ' |'
+              for label in labels]
     return lines
 
 
