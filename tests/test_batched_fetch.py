@@ -454,3 +454,35 @@ def test_the_inflight_record_names_every_file_of_a_batch_decode(toy_coco_root, t
     assert len(f'loading {dataset.inflight.told[-1]}') * 8 < RECORD_BYTES  # a batch of 16 fits
     record = Path(inflight_path(str(tmp_path), os.getpid())).read_text()
     assert record.strip() == 'idle'
+
+
+class FailOnImage(BaseTransform):
+    """A transform after the loader that fails on one image, as a user's check would."""
+
+    def __init__(self, img_id):
+        self.img_id = img_id
+
+    def transform(self, results: dict) -> dict:
+        if results['img_id'] == self.img_id:
+            raise ValueError(f'no instances wanted in image {self.img_id}')
+        return results
+
+
+def test_a_transform_after_the_loader_that_raises_is_a_bad_sample_as_before(toy_coco_root,
+                                                                           tmp_path, monkeypatch):
+    # FailOnImage is not in AFTER_LOADER, so batch_plan refuses it; allow it here to reach the
+    # fall back that an allowed transform raising (FilterAnnotations on odd data) takes.
+    from mmdet_ext.datasets import batched_fetch
+    monkeypatch.setattr(batched_fetch, 'AFTER_LOADER',
+                        batched_fetch.AFTER_LOADER + (FailOnImage, ))
+    options = dict(on_bad_sample='skip', max_bad_fraction=1.0)
+    after = [FailOnImage(img_id=3)]
+    batched = _dataset(toy_coco_root, _pipeline(after=after), work_dir=str(tmp_path / 'b'),
+                       **options)
+    reference = _dataset(toy_coco_root, _pipeline(after=after), batched_fetch=False,
+                         work_dir=str(tmp_path / 'r'), **options)
+    samples = _batched(batched, INDICES)
+    assert batched._fetcher is not None  # the batched path ran, then fell back
+    _assert_same_samples(_per_sample(reference, INDICES), samples)
+    assert 3 not in {s['data_samples'].img_id for s in samples}
+    assert _bad_records(tmp_path / 'b') == _bad_records(tmp_path / 'r') == [(2, 3)]

@@ -17,8 +17,8 @@ How, in three passes over the batch:
 
 Samples come out exactly as the per-sample path makes them: same draws, same bytes (the tests
 compare both). Anything the batch cannot do exactly -- a file that does not decode to the size its
-header declares (EXIF rotation, corruption), a transform after the loader returning None or
-raising -- puts the random states and the bad-sample counts back and loads the batch again
+header declares (corrupt data, or an EXIF rotation the annotations do not declare), a transform
+after the loader returning None or raising -- puts the random states and the bad-sample counts back and loads the batch again
 through the per-sample path, which handles it as it always has; the first such batch of each
 process is logged.
 
@@ -150,7 +150,11 @@ class BatchedFetcher:
         for (index, results, _), image in zip(planned, images):
             self.plan.loader.finish(results, image)
             for transform in self.plan.after:
-                results = transform(results)
+                try:
+                    results = transform(results)
+                except Exception as err:  # noqa: BLE001 -- the per-sample path handles it
+                    raise _FallBack(f'{type(transform).__name__} raised {type(err).__name__}: '
+                                    f'{err} for sample {index}') from err
                 if results is None:
                     raise _FallBack(f'{type(transform).__name__} returned None for sample {index}')
             samples.append(_inputs_as_buffer_view(results, image))
