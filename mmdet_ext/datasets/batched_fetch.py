@@ -18,9 +18,9 @@ How, in three passes over the batch:
 Samples come out exactly as the per-sample path makes them: same draws, same bytes (the tests
 compare both). Anything the batch cannot do exactly -- a file that does not decode to the size its
 header declares (corrupt data, or an EXIF rotation the annotations do not declare), a transform
-after the loader returning None or raising -- puts the random states and the bad-sample counts back and loads the batch again
-through the per-sample path, which handles it as it always has; the first such batch of each
-process is logged.
+after the loader returning None or raising -- puts the random states and the bad-sample counts
+back and loads the batch again through the per-sample path, which handles it as it always has;
+the first such batch of each process is logged.
 
 Recognised pipelines: ``NativeLoadResizeFlip(pixels_on='device')`` anywhere, any transforms before
 it, and after it only transforms in ``AFTER_LOADER`` (deterministic, and none but
