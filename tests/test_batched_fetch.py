@@ -486,3 +486,25 @@ def test_a_transform_after_the_loader_that_raises_is_a_bad_sample_as_before(toy_
     _assert_same_samples(_per_sample(reference, INDICES), samples)
     assert 3 not in {s['data_samples'].img_id for s in samples}
     assert _bad_records(tmp_path / 'b') == _bad_records(tmp_path / 'r') == [(2, 3)]
+
+
+def _losses(work_dir: Path) -> list[float]:
+    (scalars,) = work_dir.glob('*/vis_data/scalars.json')
+    return [row['loss'] for row in map(json.loads, scalars.read_text().splitlines())
+            if 'loss' in row]
+
+
+def test_training_on_the_batched_fetch_gives_the_per_sample_losses(toy_coco_root, tmp_path,
+                                                                   train_toy):
+    """tools/train.py, the toy Mask R-CNN with the deferred pipeline, 2 workers: the batched
+    fetch feeds the model exactly what the per-sample path feeds it (ExactResumeHook's seeds)."""
+    deferred = ('randomness.seed=0', 'train_dataloader.dataset.pipeline.1.pixels_on=device',
+                'train_dataloader.dataset.pipeline.2.meta_keys=(img_id,img_path,ori_shape,'
+                'img_shape,scale_factor,flip,flip_direction,pending_warp)')
+    log = train_toy(toy_coco_root, tmp_path / 'batched', 1, options=deferred)
+    assert 'batched fetch on: one native decode call per batch' in log
+    log = train_toy(toy_coco_root, tmp_path / 'per_sample', 1,
+                    options=deferred + ('train_dataloader.dataset.batched_fetch=False', ))
+    assert 'batched fetch off, samples load one by one: batched_fetch=False' in log
+    losses = _losses(tmp_path / 'batched')
+    assert len(losses) == 4 and losses == _losses(tmp_path / 'per_sample')
