@@ -25,6 +25,7 @@ from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset, SeededKey
 from mmdet_ext.ops import decode_image, decode_images_into
 from mmdet_ext.transforms import DEFERRED_META_KEYS
 from helpers.build import needs_native_decoding
+from helpers.torch_features import requires_opcheck
 
 pytestmark = needs_native_decoding
 
@@ -158,6 +159,7 @@ def test_decode_images_into_checks_every_argument_before_writing():
         decode_images_into(data, 'color', [1, 1], out.float(), [0, 0], [(3, 48, 64)] * 2)
 
 
+@requires_opcheck
 def test_decode_images_into_opcheck():
     data = [_jpeg(48, 64, seed=7), _jpeg(20, 30, seed=8)]
     shapes = [(3, 48, 64), (3, 10, 15)]
