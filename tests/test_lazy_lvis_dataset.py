@@ -227,3 +227,44 @@ def test_images_named_by_url_stay_regular_and_both_readers_agree(lvis_root, tmp_
     assert checked <= set(native.arrays)
     names = {native.file_name(row) for row in range(native.num_images)}
     assert 'train2017/small.jpg' in names and not any(n.startswith('http') for n in names)
+
+
+def test_batched_fetch_gives_the_per_sample_samples(lvis_root):
+    """LazyLVISV1Dataset inherits the batched fetch (tests/test_batched_fetch.py): the same
+    samples, images of two sizes (the small one included) decoded in one call."""
+    from mmdet.datasets.transforms import PackDetInputs
+
+    from mmdet_ext import LoadLazyAnnotations, NativeLoadResizeFlip
+    from mmdet_ext.transforms import DEFERRED_META_KEYS
+
+    def dataset(**kwargs):
+        pipeline = [LoadLazyAnnotations(with_bbox=True, with_mask=True),
+                    NativeLoadResizeFlip(scale=(1333, 800), keep_ratio=True, prob=0.5,
+                                         pixels_on='device'),
+                    PackDetInputs(meta_keys=DEFERRED_META_KEYS)]
+        return LazyLVISV1Dataset(data_root=str(lvis_root),
+                                 ann_file='annotations/lvis_v1_train.json',
+                                 data_prefix=dict(img=''), pipeline=pipeline, **kwargs)
+
+    batched, reference = dataset(), dataset(batched_fetch=False)
+    indices = list(range(len(batched)))[::-1]
+    np.random.seed(5)
+    samples = batched.__getitems__(indices)
+    np.random.seed(5)
+    expected = [reference[i] for i in indices]
+    # Deferred: the inputs are the decoded images, the toy ones and the small one.
+    assert {tuple(s['inputs'].shape) for s in samples} == {(3, 240, 320), (3, 40, 56)}
+    assert len({s['inputs'].untyped_storage().data_ptr() for s in samples}) == 1
+    for mine, ref in zip(samples, expected):
+        assert torch.equal(mine['inputs'], ref['inputs'])
+        a, b = mine['data_samples'], ref['data_samples']
+        assert a.metainfo.keys() == b.metainfo.keys()
+        for key in ('img_id', 'img_path', 'ori_shape', 'img_shape', 'flip_direction',
+                    'pending_warp'):
+            assert a.metainfo[key] == b.metainfo[key], key
+        np.testing.assert_array_equal(a.metainfo['scale_factor'], b.metainfo['scale_factor'])
+        for field in ('gt_instances', 'ignored_instances'):
+            assert torch.equal(a.get(field).bboxes.tensor, b.get(field).bboxes.tensor)
+            assert torch.equal(a.get(field).labels, b.get(field).labels)
+            np.testing.assert_array_equal(a.get(field).masks.to_ndarray(),
+                                          b.get(field).masks.to_ndarray())
