@@ -41,7 +41,7 @@ from mmengine.logging import print_log
 from ..collate import allocate_batch
 from ..ops import decode_images_into
 from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
-from .sample_seeds import seeded_rngs
+from .sample_seeds import load_seeded, seeded_rngs
 
 # Transforms allowed after the loader: they draw nothing at random and do not touch img, or, for
 # PackDetInputs, read it only to make the CHW tensor (a view of the batch buffer).
@@ -131,13 +131,7 @@ class BatchedFetcher:
                 restore()
                 bad.tried, bad.bad_count = counts  # the samples are tried again, not twice
                 self._log_fallback(str(why))
-        return [self._one(index, seed) for index, seed in zip(indices, seeds)]
-
-    def _one(self, index: int, seed: Optional[int]) -> Any:
-        if seed is None:
-            return self.dataset[index]
-        with seeded_rngs(seed):
-            return self.dataset[index]
+        return [load_seeded(self.dataset, index, seed) for index, seed in zip(indices, seeds)]
 
     def _fetch(self, indices: Sequence[int], seeds: list) -> list:
         planned = []

@@ -16,7 +16,7 @@ from .bad_samples import BadSampleHandler, log_dir
 from .batched_fetch import BatchedFetcher, batch_plan
 from .coco_store_layout import MASK_PNG, MASK_POLYGON, MASK_RLE, decoded
 from .inflight import InflightRecord
-from .sample_seeds import seeded_rngs
+from .sample_seeds import load_seeded
 from .validation import (MAX_MISSING_FRACTION, DataValidationError, MissingImagesError,
                          missing_images_message, resolve_policy)
 
@@ -182,14 +182,9 @@ class LazyCocoDataset(BaseDetDataset):
             self.full_init()
         fetcher = self._batched_fetcher()
         if fetcher is None:
-            if seeds is None:
-                return [self[index] for index in indices]
-            return [self._seeded_item(index, seed) for index, seed in zip(indices, seeds)]
+            seeds = [None] * len(indices) if seeds is None else seeds
+            return [load_seeded(self, index, seed) for index, seed in zip(indices, seeds)]
         return fetcher.fetch(indices, seeds)
-
-    def _seeded_item(self, index: int, seed: int) -> dict:
-        with seeded_rngs(seed):
-            return self[index]
 
     def _batched_fetcher(self) -> Optional[BatchedFetcher]:
         """The fetcher of the current pipeline (PipelineSwitchHook may replace it), or None when

@@ -63,6 +63,14 @@ def seeded_rngs(seed: int) -> Iterator[None]:
         torch.set_rng_state(torch_cpu)
 
 
+def load_seeded(dataset: Any, index: int, seed: Optional[int]) -> Any:
+    """``dataset[index]``, under ``seeded_rngs(seed)`` when a seed is given."""
+    if seed is None:
+        return dataset[index]
+    with seeded_rngs(seed):
+        return dataset[index]
+
+
 class PerSampleSeedDataset(Dataset):
     """``dataset`` whose samples asked for by ``SeededKey`` are loaded under their own seed.
 
@@ -91,8 +99,7 @@ class PerSampleSeedDataset(Dataset):
     def __getitem__(self, key: Any) -> Any:
         if not isinstance(key, SeededKey):
             return self.dataset[key]
-        with seeded_rngs(key.seed):
-            return self.dataset[key.index]
+        return load_seeded(self.dataset, key.index, key.seed)
 
     def __getitems__(self, keys: list) -> list:
         """A batch, each sample under its seed: batched where the dataset, or what mmengine's
@@ -100,7 +107,7 @@ class PerSampleSeedDataset(Dataset):
         sample as ``__getitem__``."""
         if not all(isinstance(key, SeededKey) for key in keys):
             return [self[key] for key in keys]
-        from .wrapper_fetch import fetch_batch  # here: it imports seeded_rngs from this module
+        from .wrapper_fetch import fetch_batch  # here: it imports load_seeded from this module
         return fetch_batch(self.dataset, [key.index for key in keys], [key.seed for key in keys])
 
 

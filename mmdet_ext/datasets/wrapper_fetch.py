@@ -20,7 +20,7 @@ from typing import Any, Optional
 from mmengine.dataset import ClassBalancedDataset, ConcatDataset, RepeatDataset
 from mmengine.logging import print_log
 
-from .sample_seeds import seeded_rngs
+from .sample_seeds import load_seeded
 
 _logged: set[str] = set()
 
@@ -39,7 +39,7 @@ def fetch_batch(dataset: Any, indices: Sequence[int], seeds: Optional[Sequence[i
         return _fetch_concatenated(dataset, indices, seeds)
     _log_once(type(dataset).__name__, 'without seeds' if isinstance(dataset, ConcatDataset)
               else 'it has no fetch_batch')
-    return [_item(dataset, index, None if seeds is None else seeds[k])
+    return [load_seeded(dataset, index, None if seeds is None else seeds[k])
             for k, index in enumerate(indices)]
 
 
@@ -56,13 +56,6 @@ def _fetch_concatenated(dataset: ConcatDataset, indices: Sequence[int],
         for (position, _, _), sample in zip(part, loaded):
             samples[position] = sample
     return samples
-
-
-def _item(dataset: Any, index: int, seed: Optional[int]) -> Any:
-    if seed is None:
-        return dataset[index]
-    with seeded_rngs(seed):
-        return dataset[index]
 
 
 def _full_init(dataset: Any) -> None:
