@@ -10,9 +10,11 @@ TORCH_LIBRARY(mmdet_ext, m) {
   // mmdet_ext/ops/image.py: decode_image. max_pixels None: kDefaultMaxPixels (io/image_decoder.h).
   m.def("decode_image(Tensor data, int flags, int scale_denom=1, int? max_pixels=None, "
         "bool planar=False) -> Tensor");
-  // mmdet_ext/ops/image.py: decode_images_into, a batch decoded channel-planar into one buffer.
+  // mmdet_ext/ops/image.py: decode_images_into, a batch decoded channel-planar into one buffer
+  // (warps: out_height, out_width, flip per image, to resize and flip them as warp_image does).
   m.def("decode_images_into(Tensor[] data, int flags, int[] scale_denoms, int? max_pixels, "
-        "Tensor(a!) out, int[] offsets, int[] shapes, int num_threads=1) -> ()");
+        "Tensor(a!) out, int[] offsets, int[] shapes, int num_threads=1, int[]? warps=None, "
+        "int interpolation=1) -> ()");
 
   // mmdet_ext/ops/pixels.py: warp_image, normalize_batch, resize_normalize_batch.
   m.def("warp_image(Tensor image, int out_height, int out_width, int interpolation, int flip) "

@@ -1,7 +1,7 @@
 """Batched fetch (``LazyCocoDataset.__getitems__``): a batch's images decoded in one native call
-(``decode_images_into``) give exactly the samples of the per-sample path -- same seeds, same
-flips, same pixels, same annotations and metainfo -- through real DataLoader workers and the
-threads option, with bad samples, EXIF-rotated photos, the per-sample fall back and its log, and a
+(``decode_images_into``; resized and flipped too with ``pixels_on='worker'``) give exactly the
+samples of the per-sample path -- same seeds, same flips, same pixels, same annotations and
+metainfo -- for both ``pixels_on``, through real DataLoader workers and the threads option, with bad samples, EXIF-rotated photos, the per-sample fall back and its log, and a
 batch that reaches the training process in the very buffer it was decoded into."""
 import json
 import os
@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 from mmdet_ext import LazyCocoDataset, LoadLazyAnnotations, NativeLoadResizeFlip, fast_collate
 from mmdet_ext.datasets.batched_fetch import batch_plan
 from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset, SeededKey
-from mmdet_ext.ops import decode_image, decode_images_into
+from mmdet_ext.ops import decode_image, decode_images_into, warp_image
 from mmdet_ext.transforms import DEFERRED_META_KEYS
 from helpers.build import needs_native_decoding
 from helpers.torch_features import requires_opcheck
@@ -37,10 +37,16 @@ RESIZES = [dict(scale=(1333, 800), keep_ratio=True), dict(scale=(150, 100), keep
 INDICES = [0, 5, 2, 7, 3]
 
 
-def _pipeline(resize=RESIZES[0], color_type='color', after=()):
+PIXELS_ON = ['device', 'worker']
+
+
+def _pipeline(resize=RESIZES[0], color_type='color', after=(), pixels_on='device', **loader):
+    pack = PackDetInputs(meta_keys=DEFERRED_META_KEYS) if pixels_on == 'device' else \
+        PackDetInputs()
     return [LoadLazyAnnotations(with_bbox=True, with_mask=True),
-            NativeLoadResizeFlip(**resize, **FLIP, color_type=color_type, pixels_on='device'),
-            *after, PackDetInputs(meta_keys=DEFERRED_META_KEYS)]
+            NativeLoadResizeFlip(**resize, **FLIP, color_type=color_type, pixels_on=pixels_on,
+                                 **loader),
+            *after, pack]
 
 
 def _dataset(root, pipeline=None, **kwargs):
@@ -159,6 +165,47 @@ def test_decode_images_into_checks_every_argument_before_writing():
         decode_images_into(data, 'color', [1, 1], out.float(), [0, 0], [(3, 48, 64)] * 2)
 
 
+@pytest.mark.parametrize('interpolation', ['nearest', 'bilinear', 'bicubic', 'area', 'lanczos'])
+@pytest.mark.parametrize('color_type', ['color', 'grayscale'])
+def test_decode_images_into_warps_as_warp_image_does(interpolation, color_type):
+    data = [_jpeg(480, 640, seed=11), _jpeg(301, 199, seed=12), _jpeg(37, 18, 1, seed=13)]
+    denoms = [2, 1, 1]
+    decoded = [decode_image(d, color_type, denom) for d, denom in zip(data, denoms)]
+    warps = [(800, 1067, 'horizontal'), (150, 99, None), (74, 36, 'diagonal')]
+    expected = [warp_image(image, (h, w), interpolation, flip)
+                for image, (h, w, flip) in zip(decoded, warps)]
+    offsets, total = _layout([tuple(e.shape) for e in expected])
+    out = torch.full((total + 5, ), 77, dtype=torch.uint8)
+    decode_images_into(data, color_type, denoms, out, offsets,
+                       [(d.shape[2], *d.shape[:2]) for d in decoded], num_threads=2,
+                       warps=warps, interpolation=interpolation)
+    for image, offset in zip(expected, offsets):
+        assert torch.equal(out[offset:offset + image.numel()].view(image.shape), image)
+    assert torch.equal(out[total:], torch.full((5, ), 77, dtype=torch.uint8))
+
+
+def test_decode_images_into_checks_the_warps_before_writing():
+    data = [_jpeg(48, 64, seed=14)] * 2
+    shapes = [(3, 48, 64)] * 2
+    out = torch.zeros(2 * 3 * 96 * 128, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match=r'image 1 \(37152 bytes at offset 36864\) does not'):
+        decode_images_into(data, 'color', [1, 1], out, [0, 36864], shapes,
+                           warps=[(96, 128, None), (96, 129, None)])
+    with pytest.raises(RuntimeError, match='2 images need 6 warp values'):
+        torch.ops.mmdet_ext.decode_images_into(data, 1, [1, 1], None, out, [0, 0],
+                                               [3, 48, 64] * 2, 1, [96, 128, 0], 1)
+    with pytest.raises(RuntimeError, match='decode_images_into: unknown interpolation 9'):
+        torch.ops.mmdet_ext.decode_images_into(data, 1, [1, 1], None, out, [0, 0],
+                                               [3, 48, 64] * 2, 1, [96, 128, 0] * 2, 9)
+    with pytest.raises(RuntimeError, match='decode_images_into: output size 0x128'):
+        decode_images_into(data, 'color', [1, 1], out, [0, 0], shapes,
+                           warps=[(96, 128, None), (0, 128, None)])
+    with pytest.raises(ValueError, match="got \\[None, 'sideways'\\]"):
+        decode_images_into(data, 'color', [1, 1], out, [0, 0], shapes,
+                           warps=[(96, 128, None), (96, 128, 'sideways')])
+    assert not out.any()  # nothing was decoded
+
+
 @requires_opcheck
 def test_decode_images_into_opcheck():
     data = [_jpeg(48, 64, seed=7), _jpeg(20, 30, seed=8)]
@@ -173,11 +220,13 @@ def test_decode_images_into_opcheck():
 # The dataset: batched == per-sample
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize('pixels_on', PIXELS_ON)
 @pytest.mark.parametrize('resize', RESIZES)
 @pytest.mark.parametrize('color_type', ['color', 'grayscale'])
-def test_batch_equals_the_per_sample_path(toy_coco_root, resize, color_type):
-    batched = _dataset(toy_coco_root, _pipeline(resize, color_type))
-    reference = _dataset(toy_coco_root, _pipeline(resize, color_type), batched_fetch=False)
+def test_batch_equals_the_per_sample_path(toy_coco_root, resize, color_type, pixels_on):
+    pipeline = _pipeline(resize, color_type, pixels_on=pixels_on)
+    batched = _dataset(toy_coco_root, pipeline)
+    reference = _dataset(toy_coco_root, pipeline, batched_fetch=False)
     for seed in range(3):  # different flips each time
         samples = _batched(batched, INDICES, seed)
         _assert_same_samples(_per_sample(reference, INDICES, seed), samples)
@@ -185,6 +234,18 @@ def test_batch_equals_the_per_sample_path(toy_coco_root, resize, color_type):
         # ... and the RNG stream goes on exactly as after the per-sample path
         assert np.random.randint(1 << 30) == (_per_sample(reference, INDICES, seed),
                                               np.random.randint(1 << 30))[1]
+
+
+@pytest.mark.parametrize('loader', [dict(interpolation='bicubic'), dict(interpolation='area'),
+                                    dict(to_float32=True), dict(reduced_decode=False)])
+def test_worker_mode_options_are_batched_exactly(toy_coco_root, loader):
+    resize = dict(scale=(150, 100), keep_ratio=True)  # reduced decode unless turned off
+    pipeline = _pipeline(resize, pixels_on='worker', **loader)
+    batched = _dataset(toy_coco_root, pipeline)
+    reference = _dataset(toy_coco_root, pipeline, batched_fetch=False)
+    samples = _batched(batched, INDICES)
+    _assert_same_samples(_per_sample(reference, INDICES), samples)
+    assert _one_storage(samples) != bool(loader.get('to_float32'))  # float32: PackDetInputs'
 
 
 def test_seeded_batch_equals_seeded_samples(toy_coco_root):
@@ -238,24 +299,32 @@ def _loader(dataset, num_workers):
         list(range(8))[::-1], 3), num_workers=num_workers, collate_fn=fast_collate)
 
 
-@pytest.mark.parametrize('num_workers,decode_threads', [(2, None), (0, None), (0, 3)])
-def test_dataloader_batches_equal_the_per_sample_ones(toy_coco_root, num_workers, decode_threads):
-    dataset = _dataset(toy_coco_root, decode_threads=decode_threads)
-    reference = _dataset(toy_coco_root, batched_fetch=False)
+@pytest.mark.parametrize('pixels_on,num_workers,decode_threads', [
+    ('device', 2, None), ('device', 0, None), ('device', 0, 3), ('worker', 2, None),
+    ('worker', 0, 3)])
+def test_dataloader_batches_equal_the_per_sample_ones(toy_coco_root, pixels_on, num_workers,
+                                                      decode_threads):
+    pipeline = _pipeline(pixels_on=pixels_on)
+    dataset = _dataset(toy_coco_root, pipeline, decode_threads=decode_threads)
+    reference = _dataset(toy_coco_root, pipeline, batched_fetch=False)
     batches = list(_loader(dataset, num_workers))
     expected = list(_loader(reference, 0))
     assert len(batches) == len(expected) == 3
     for got, want in zip(batches, expected):
         assert torch.equal(got['inputs'], want['inputs'])
         assert got['input_shapes'] == want['input_shapes']
-        for key in ('image_shapes', 'out_shapes', 'flips'):
-            assert torch.equal(got['pending_warp'][key], want['pending_warp'][key])
+        if pixels_on == 'device':
+            for key in ('image_shapes', 'out_shapes', 'flips'):
+                assert torch.equal(got['pending_warp'][key], want['pending_warp'][key])
+        else:  # resized in the worker: a padded batch, as fast_collate always made it
+            assert got['inputs'].dim() == 4
         assert [s.img_id for s in got['data_samples']] == [s.img_id for s in want['data_samples']]
         for got_sample, want_sample in zip(got['data_samples'], want['data_samples']):
+            assert got_sample.flip_direction == want_sample.flip_direction
             assert torch.equal(got_sample.gt_instances.bboxes.tensor,
                                want_sample.gt_instances.bboxes.tensor)
         if num_workers:
-            assert got['inputs'].is_shared()  # decoded into shared memory, sent as it is
+            assert got['inputs'].is_shared()  # in shared memory once, sent as it is
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,8 +350,8 @@ def test_pipeline_it_does_not_recognise_falls_back_and_says_which_transform(toy_
     assert logged.count('batched fetch off, samples load one by one: CountInstances comes '
                         'after NativeLoadResizeFlip') == 1
     assert batch_plan(Compose(_pipeline(after=[own])).transforms)[0] is None
-    worker_mode = [LoadLazyAnnotations(), NativeLoadResizeFlip(scale=(100, 100)), PackDetInputs()]
-    assert "pixels_on='worker', not 'device'" in batch_plan(worker_mode)[1]
+    no_pack = [LoadLazyAnnotations(), NativeLoadResizeFlip(scale=(100, 100)), FilterAnnotations()]
+    assert batch_plan(no_pack) == (None, 'the pipeline does not end with PackDetInputs')
 
 
 def test_a_new_pipeline_gets_its_own_decision(toy_coco_root, log_file):
@@ -304,14 +373,15 @@ def _rotated_with_exif(path: Path) -> None:
     Image.fromarray(stored[:, :, ::-1]).save(str(path), 'JPEG', quality=95, exif=exif)
 
 
-def test_exif_rotated_photos_are_batched_exactly(toy_coco_root, tmp_path, log_file):
+@pytest.mark.parametrize('pixels_on', PIXELS_ON)
+def test_exif_rotated_photos_are_batched_exactly(toy_coco_root, tmp_path, log_file, pixels_on):
     root = tmp_path / 'rotated'
     shutil.copytree(toy_coco_root, root)
     _rotated_with_exif(root / 'train' / '000003.jpg')
     assert cv2.imread(str(root / 'train' / '000003.jpg')).shape == (240, 320, 3)
     for resize in RESIZES[:2]:  # full-size and reduced decode
-        dataset = _dataset(root, _pipeline(resize))
-        reference = _dataset(root, _pipeline(resize), batched_fetch=False)
+        dataset = _dataset(root, _pipeline(resize, pixels_on=pixels_on))
+        reference = _dataset(root, _pipeline(resize, pixels_on=pixels_on), batched_fetch=False)
         samples = _batched(dataset, INDICES)
         _assert_same_samples(_per_sample(reference, INDICES), samples)
         assert _one_storage(samples)
@@ -338,9 +408,11 @@ def _bad_records(work_dir):
     return sorted((r['sample_idx'], r['img_id']) for r in map(json.loads, lines))
 
 
+@pytest.mark.parametrize('pixels_on', PIXELS_ON)
 def test_bad_samples_are_skipped_and_replaced_as_in_the_per_sample_path(bad_root, tmp_path,
-                                                                        log_file):
-    options = dict(validate=False, on_bad_sample='skip', max_bad_fraction=1.0)
+                                                                        log_file, pixels_on):
+    options = dict(validate=False, on_bad_sample='skip', max_bad_fraction=1.0,
+                   pipeline=_pipeline(pixels_on=pixels_on))
     dataset = _dataset(bad_root, work_dir=str(tmp_path / 'batched'), **options)
     reference = _dataset(bad_root, work_dir=str(tmp_path / 'reference'), batched_fetch=False,
                          **options)
@@ -496,17 +568,22 @@ def _losses(work_dir: Path) -> list[float]:
             if 'loss' in row]
 
 
+# The main job's pipeline resizes in the worker; the deferred one on the model's device.
+DEFERRED_OPTIONS = ('train_dataloader.dataset.pipeline.1.pixels_on=device',
+                    'train_dataloader.dataset.pipeline.2.meta_keys=(img_id,img_path,ori_shape,'
+                    'img_shape,scale_factor,flip,flip_direction,pending_warp)')
+
+
+@pytest.mark.parametrize('pixels_on', PIXELS_ON)
 def test_training_on_the_batched_fetch_gives_the_per_sample_losses(toy_coco_root, tmp_path,
-                                                                   train_toy):
-    """tools/train.py, the toy Mask R-CNN with the deferred pipeline, 2 workers: the batched
-    fetch feeds the model exactly what the per-sample path feeds it (ExactResumeHook's seeds)."""
-    deferred = ('randomness.seed=0', 'train_dataloader.dataset.pipeline.1.pixels_on=device',
-                'train_dataloader.dataset.pipeline.2.meta_keys=(img_id,img_path,ori_shape,'
-                'img_shape,scale_factor,flip,flip_direction,pending_warp)')
-    log = train_toy(toy_coco_root, tmp_path / 'batched', 1, options=deferred)
+                                                                   train_toy, pixels_on):
+    """tools/train.py, the toy Mask R-CNN, 2 workers: the batched fetch feeds the model exactly
+    what the per-sample path feeds it (ExactResumeHook's seeds)."""
+    options = ('randomness.seed=0', ) + (DEFERRED_OPTIONS if pixels_on == 'device' else ())
+    log = train_toy(toy_coco_root, tmp_path / 'batched', 1, options=options)
     assert 'batched fetch on: one native decode call per batch' in log
     log = train_toy(toy_coco_root, tmp_path / 'per_sample', 1,
-                    options=deferred + ('train_dataloader.dataset.batched_fetch=False', ))
+                    options=options + ('train_dataloader.dataset.batched_fetch=False', ))
     assert 'batched fetch off, samples load one by one: batched_fetch=False' in log
     losses = _losses(tmp_path / 'batched')
     assert len(losses) == 4 and losses == _losses(tmp_path / 'per_sample')

@@ -1,9 +1,11 @@
 // CPU kernel of mmdet_ext::decode_images_into: a batch of encoded images decoded on a few native
-// threads straight into one preallocated buffer, channel-planar, each image at its offset. Why:
-// the batched fetch (mmdet_ext/datasets/batched_fetch.py) decodes a whole batch in one call with
-// the GIL released, into the very buffer that crosses to the training process, so no per-image
-// tensor is allocated and nothing is copied after decoding. Every image is decoded exactly as
-// decode_image decodes it (decode_image_to_mat, image_decoder.h).
+// threads straight into one preallocated buffer, channel-planar, each image at its offset, and,
+// when asked, resized and flipped on the way. Why: the batched fetch
+// (mmdet_ext/datasets/batched_fetch.py) decodes a whole batch in one call with the GIL released,
+// into the very buffer that crosses to the training process, so no per-image tensor is allocated
+// and nothing is copied after decoding. Every image is decoded exactly as decode_image decodes it
+// (decode_image_to_mat, image_decoder.h) and warped exactly as warp_image warps it
+// (warp_into_planar, transforms/warp_planar.h).
 #include <c10/util/Optional.h>
 
 #include <torch/library.h>
@@ -21,6 +23,7 @@
 #include <opencv2/core.hpp>
 
 #include "image_decoder.h"
+#include "transforms/warp_planar.h"
 #else
 #include "optional_libraries.h"
 #endif
@@ -30,15 +33,28 @@ namespace {
 
 #if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
 
+// Resize and flip of one image: out_height, out_width, flip (warp_planar.h's codes).
+struct Warp {
+  const int64_t* out_hw_flip;
+  int interpolation;
+};
+
 // Decodes one image into `out` at `dst` as [C, H, W]; throws when it is not `shape` (C, H, W).
+// With a warp, writes it resized and flipped instead, [C, out_height, out_width].
 void decode_one_planar(const at::Tensor& data, int64_t flags, int64_t scale_denom,
-                       int64_t max_pixels, const int64_t* shape, uint8_t* dst) {
+                       int64_t max_pixels, const int64_t* shape, const Warp* warp, uint8_t* dst) {
   const cv::Mat decoded =
       decode_image_to_mat(data.data_ptr<uint8_t>(), data.numel(), flags, scale_denom, max_pixels);
   TORCH_CHECK(decoded.channels() == shape[0] && decoded.rows == shape[1] &&
                   decoded.cols == shape[2],
               "decoded to ", decoded.channels(), "x", decoded.rows, "x", decoded.cols,
               " (C x H x W), expected ", shape[0], "x", shape[1], "x", shape[2]);
+  if (warp != nullptr) {
+    const int64_t* hwf = warp->out_hw_flip;
+    warp_into_planar(decoded, cv::Size(static_cast<int>(hwf[1]), static_cast<int>(hwf[0])),
+                     warp->interpolation, static_cast<int>(hwf[2]), dst);
+    return;
+  }
   const int64_t plane = shape[1] * shape[2];
   if (shape[0] == 1) {
     std::memcpy(dst, decoded.data, static_cast<size_t>(plane));
@@ -61,7 +77,8 @@ std::string error_text(const std::exception& err) {
 void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef scale_denoms,
                             c10::optional<int64_t> max_pixels, const at::Tensor& out,
                             at::IntArrayRef offsets, at::IntArrayRef shapes,
-                            int64_t num_threads) {
+                            int64_t num_threads, at::OptionalIntArrayRef warps,
+                            int64_t interpolation) {
   const int64_t count = static_cast<int64_t>(data.size());
   TORCH_CHECK(out.device().is_cpu() && out.scalar_type() == at::kByte && out.dim() == 1 &&
                   out.is_contiguous(),
@@ -73,6 +90,9 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
               "decode_images_into: ", count, " images need ", count, " scale_denoms, ", count,
               " offsets and ", 3 * count, " shape values, got ", scale_denoms.size(), ", ",
               offsets.size(), " and ", shapes.size());
+  TORCH_CHECK(!warps.has_value() || static_cast<int64_t>(warps->size()) == 3 * count,
+              "decode_images_into: ", count, " images need ", 3 * count,
+              " warp values (out_height, out_width, flip each), got ", warps->size());
   // Every argument is checked before any thread starts: a bad one never writes out of bounds.
   for (int64_t i = 0; i < count; ++i) {
     const at::Tensor& bytes = data[i];
@@ -84,7 +104,12 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
     TORCH_CHECK(shape[0] >= 1 && shape[0] <= 4 && shape[1] > 0 && shape[2] > 0,
                 "decode_images_into: image ", i, ": bad expected shape ", shape[0], "x",
                 shape[1], "x", shape[2]);
-    const int64_t size = shape[0] * shape[1] * shape[2];
+    int64_t size = shape[0] * shape[1] * shape[2];
+    if (warps.has_value()) {
+      const int64_t* hwf = warps->data() + 3 * i;
+      check_warp_arguments("decode_images_into", hwf[0], hwf[1], interpolation, hwf[2]);
+      size = shape[0] * hwf[0] * hwf[1];
+    }
     TORCH_CHECK(offsets[i] >= 0 && offsets[i] <= out.numel() - size,
                 "decode_images_into: image ", i, " (", size, " bytes at offset ", offsets[i],
                 ") does not fit in out (", out.numel(), " bytes)");
@@ -97,8 +122,10 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
   auto work = [&]() {
     for (int64_t i = next++; i < count; i = next++) {
       try {
+        const Warp warp{warps.has_value() ? warps->data() + 3 * i : nullptr,
+                        static_cast<int>(interpolation)};
         decode_one_planar(data[i], flags, scale_denoms[i], limit, shapes.data() + 3 * i,
-                          base + offsets[i]);
+                          warps.has_value() ? &warp : nullptr, base + offsets[i]);
       } catch (const std::exception& err) {
         errors[static_cast<size_t>(i)] = error_text(err);
       }
@@ -122,7 +149,8 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
 #else
 
 void decode_images_into_cpu(at::TensorList, int64_t, at::IntArrayRef, c10::optional<int64_t>,
-                            const at::Tensor&, at::IntArrayRef, at::IntArrayRef, int64_t) {
+                            const at::Tensor&, at::IntArrayRef, at::IntArrayRef, int64_t,
+                            at::OptionalIntArrayRef, int64_t) {
 #ifdef MMDET_EXT_WITH_OPENCV
   fail_built_without("decode_images_into", "libjpeg");
 #else

@@ -1,10 +1,12 @@
 """Batched fetch: a batch of samples whose images are decoded in one native call.
 
 Why: the DataLoader asks a dataset with ``__getitems__`` for a whole batch at once. For a train
-pipeline that decodes with ``NativeLoadResizeFlip(pixels_on='device')``, the batch's images are
-then decoded by ``decode_images_into``: one call, on native threads with the GIL released,
-straight into one buffer (shared memory in a DataLoader worker) that ``fast_collate`` hands to
-the training process as it is. Per sample, no decoded tensor is allocated and no pixel is copied.
+pipeline that loads with ``NativeLoadResizeFlip``, the batch's images are then decoded by
+``decode_images_into``: one call, on native threads with the GIL released, straight into one
+buffer. With ``pixels_on='device'`` that buffer (shared memory in a DataLoader worker) is what
+``fast_collate`` hands to the training process as it is: per sample, no decoded tensor is
+allocated and no pixel is copied. With ``pixels_on='worker'`` the same call resizes and flips each
+image as it decodes it (``warp_image``'s code), and ``fast_collate`` pads the batch as always.
 
 How, in three passes over the batch:
 
@@ -12,7 +14,7 @@ How, in three passes over the batch:
    stopped at the loader's ``plan`` (every transform before it, the file read, the flip draw, the
    geometry); a bad sample is handled as the per-sample path handles it (``on_bad_sample``,
    ``max_refetch`` replacement draws).
-2. *Decode* the whole batch in one call.
+2. *Decode* the whole batch in one call (and warp it, ``pixels_on='worker'``).
 3. *Finish*, per sample: the decoded image into ``results``, then the transforms after the loader.
 
 Samples come out exactly as the per-sample path makes them: same draws, same bytes (the tests
@@ -22,8 +24,8 @@ after the loader returning None or raising -- puts the random states and the bad
 back and loads the batch again through the per-sample path, which handles it as it always has;
 the first such batch of each process is logged.
 
-Recognised pipelines: ``NativeLoadResizeFlip(pixels_on='device')`` anywhere, any transforms before
-it, and after it only transforms in ``AFTER_LOADER`` (deterministic, and none but
+Recognised pipelines: ``NativeLoadResizeFlip`` anywhere (either ``pixels_on``), any transforms
+before it, and after it only transforms in ``AFTER_LOADER`` (deterministic, and none but
 ``PackDetInputs`` reads ``img``). Any other pipeline keeps the per-sample path; the dataset logs
 once which transform makes it fall back (``batch_plan``).
 """
@@ -63,8 +65,6 @@ def batch_plan(transforms: Sequence) -> tuple[Optional[BatchPlan], str]:
                       else 'the pipeline has more than one NativeLoadResizeFlip')
     at = loaders[0]
     loader = transforms[at]
-    if loader.pixels_on != 'device':
-        return None, f"NativeLoadResizeFlip has pixels_on={loader.pixels_on!r}, not 'device'"
     for transform in transforms[at + 1:]:
         if not isinstance(transform, AFTER_LOADER):
             return None, (f'{type(transform).__name__} comes after NativeLoadResizeFlip (only '
@@ -181,11 +181,16 @@ class BatchedFetcher:
         return None if pending is None else (results, pending)
 
     def _decode(self, indices: list[int], pendings: list[PendingDecode]) -> list[torch.Tensor]:
-        """Every image of the batch, Tensor[C, H, W] views of one buffer, in one native call."""
-        sizes = [int(np.prod(p.shape)) for p in pendings]
+        """Every image of the batch (resized and flipped with ``pixels_on='worker'``),
+        Tensor[C, H, W] views of one buffer, in one native call."""
+        sizes = [int(np.prod(p.out_shape)) for p in pendings]
         offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-        buffer = allocate_batch(torch.empty(0, dtype=torch.uint8), (offsets[-1],), False)
-        images = [buffer[start:start + size].view(p.shape)
+        loader = self.plan.loader
+        if loader.pixels_on == 'device':  # the buffer itself crosses to the training process
+            buffer = allocate_batch(torch.empty(0, dtype=torch.uint8), (offsets[-1],), False)
+        else:  # fast_collate copies the images into the padded batch
+            buffer = torch.empty(offsets[-1], dtype=torch.uint8)
+        images = [buffer[start:start + size].view(p.out_shape)
                   for p, start, size in zip(pendings, offsets, sizes)]
         to_decode = [i for i, p in enumerate(pendings) if p.encoded is not None]
         for i, p in enumerate(pendings):
@@ -193,7 +198,7 @@ class BatchedFetcher:
                 images[i].copy_(p.decoded)
         if not to_decode:
             return images
-        loader = self.plan.loader
+        warps = None if loader.pixels_on == 'device' else [pendings[i].warp for i in to_decode]
         names = ', '.join(f'sample {indices[i]} ({pendings[i].filename})' for i in to_decode)
         # A decoder crash kills the process mid-call: the record names every file of the call.
         self.dataset.inflight.begin(f'batch decode of {len(to_decode)} images: {names}')
@@ -203,7 +208,8 @@ class BatchedFetcher:
                                [offsets[i] for i in to_decode], [pendings[i].shape
                                                                  for i in to_decode],
                                loader.max_pixels,
-                               self.decode_threads or default_decode_threads())
+                               self.decode_threads or default_decode_threads(), warps,
+                               loader.resize.interpolation)
         except RuntimeError as err:
             raise _FallBack(f'{err} (images in order: {names})') \
                 from err

@@ -75,8 +75,9 @@ class LazyCocoDataset(BaseDetDataset):
         work_dir: where ``bad_samples.jsonl`` and ``inflight_<pid>.txt`` go; default the current
             mmengine logger's directory (``<work_dir>/<timestamp>`` under a Runner), else none.
         batched_fetch: let the DataLoader fetch whole batches (``__getitems__``): a pipeline
-            with ``NativeLoadResizeFlip(pixels_on='device')`` then decodes each batch in one
-            native call (``batched_fetch.py``, docs/deferred_pixels.md); samples are the same.
+            with ``NativeLoadResizeFlip`` then decodes (and, ``pixels_on='worker'``, resizes and
+            flips) each batch in one native call (``batched_fetch.py``,
+            docs/deferred_pixels.md); samples are the same.
         decode_threads: native threads of that call; default 1 in a DataLoader worker, every
             core this process may use with ``num_workers=0``.
         (all other arguments as mmdet's ``CocoDataset``)

@@ -6,6 +6,7 @@ import torch
 
 from .._native import _C  # noqa: F401  (registers the schema the fake kernel attaches to)
 from .._torch_compat import register_fake
+from .pixels import FLIP_CODES, INTERPOLATIONS
 
 # cv::ImreadModes values, spelled the way mmcv's ``imfrombytes(flag=...)`` spells them.
 IMREAD_FLAGS = {
@@ -70,8 +71,11 @@ def _decode_image_fake(data: torch.Tensor, flags: int, scale_denom: int = 1,
 def decode_images_into(data: Sequence[torch.Tensor], color_type: str, scale_denoms: Sequence[int],
                        out: torch.Tensor, offsets: Sequence[int],
                        shapes: Sequence[tuple[int, int, int]], max_pixels: Optional[int] = None,
-                       num_threads: int = 1) -> None:
-    """Decode a batch of images into ``out``, each as ``decode_image(..., planar=True)`` would.
+                       num_threads: int = 1,
+                       warps: Optional[Sequence[tuple[int, int, Optional[str]]]] = None,
+                       interpolation: str = 'bilinear') -> None:
+    """Decode a batch of images into ``out``, each as ``decode_image(..., planar=True)`` would
+    (with ``warps``: as ``warp_image(decode_image(...), ...)`` would).
 
     Image ``i`` is written channel-planar (``shapes[i]`` = (C, H, W)) at ``out[offsets[i]:]``.
     The images are shared among ``num_threads`` native threads (the calling one included) with
@@ -86,6 +90,10 @@ def decode_images_into(data: Sequence[torch.Tensor], color_type: str, scale_deno
         out (Tensor[M] uint8): contiguous, CPU; every image must fit at its offset.
         offsets, shapes: where each image goes and the (C, H, W) it must decode to.
         max_pixels, num_threads: as ``decode_image``; threads are capped at the image count.
+        warps: per image (out_h, out_w, flip_direction): resize the decoded image to that size
+            and flip it, bit-exact with ``warp_image``; image ``i`` is then written as
+            (C, out_h, out_w). None: written as decoded.
+        interpolation: the resize's, one of ``INTERPOLATIONS`` (mmcv's names); with ``warps``.
 
     Raises:
         RuntimeError: any image that cannot be decoded or does not decode to its shape (an EXIF
@@ -97,15 +105,25 @@ def decode_images_into(data: Sequence[torch.Tensor], color_type: str, scale_deno
                          f'{sorted(set(IMREAD_FLAGS) - {"unchanged"})}, got {color_type!r}')
     if any(denom not in SCALE_DENOMS for denom in scale_denoms):
         raise ValueError(f'scale_denoms must be in {SCALE_DENOMS}, got {list(scale_denoms)}')
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f'interpolation must be one of {sorted(INTERPOLATIONS)}, '
+                         f'got {interpolation!r}')
+    if warps is not None and any(flip not in FLIP_CODES for _, _, flip in warps):
+        raise ValueError('flip directions must be horizontal, vertical, diagonal or None, '
+                         f'got {[flip for _, _, flip in warps]}')
     flat_shapes = [int(v) for shape in shapes for v in shape]
+    flat_warps = None if warps is None else [
+        v for h, w, flip in warps for v in (int(h), int(w), FLIP_CODES[flip])]
     torch.ops.mmdet_ext.decode_images_into(list(data), IMREAD_FLAGS[color_type],
                                            [int(d) for d in scale_denoms], max_pixels, out,
                                            [int(o) for o in offsets], flat_shapes,
-                                           int(num_threads))
+                                           int(num_threads), flat_warps,
+                                           INTERPOLATIONS[interpolation])
 
 
 @register_fake('mmdet_ext::decode_images_into')
 def _decode_images_into_fake(data: list, flags: int, scale_denoms: list, max_pixels: Optional[int],
                              out: torch.Tensor, offsets: list, shapes: list,
-                             num_threads: int = 1) -> None:
+                             num_threads: int = 1, warps: Optional[list] = None,
+                             interpolation: int = 1) -> None:
     torch._check(out.dtype == torch.uint8 and out.dim() == 1)

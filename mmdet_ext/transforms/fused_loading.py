@@ -35,12 +35,19 @@ PLANNED_CHANNELS = {'color': 3, 'color_ignore_orientation': 3, 'grayscale': 1,
 
 class PendingDecode(NamedTuple):
     """An image ``NativeLoadResizeFlip.plan`` left to decode: its bytes (None when ``plan``
-    decoded it itself, into ``decoded``), the JPEG reduction and the (C, H, W) it decodes to."""
+    decoded it itself, into ``decoded``), the JPEG reduction, the (C, H, W) it decodes to and,
+    with ``pixels_on='worker'``, the resize and flip that follow, (out_h, out_w, direction)."""
     filename: str
     encoded: Optional[torch.Tensor]
     scale_denom: int
     shape: tuple[int, int, int]
     decoded: Optional[torch.Tensor] = None
+    warp: Optional[tuple[int, int, Optional[str]]] = None
+
+    @property
+    def out_shape(self) -> tuple[int, int, int]:
+        """The (C, H, W) ``finish`` takes: as decoded, or after the warp."""
+        return self.shape if self.warp is None else (self.shape[0], *self.warp[:2])
 
 
 def _declared_size_differs(header: ImageHeader, results: dict) -> bool:
@@ -152,49 +159,58 @@ class NativeLoadResizeFlip(BaseTransform):
 
     @autocast_box_type()
     def plan(self, results: dict) -> Optional[PendingDecode]:
-        """Everything ``transform`` does but decoding (``pixels_on='device'`` only).
+        """Everything ``transform`` does but decoding (and, with ``pixels_on='worker'``, the
+        resize and flip of the pixels).
 
         Reads the file and its header, draws the flip and writes every key ``transform`` writes,
-        ``img`` excepted; returns what remains to decode, or None where ``transform`` would
-        return None. ``finish(results, image)`` with the decoded image then leaves ``results``
-        exactly as ``transform`` would. Why: the batched fetch (``datasets/batched_fetch.py``)
-        decodes a whole batch in one native call between the two. A file whose size the header
-        does not tell (no header reader for its format, or a ``color_type`` whose channel count
-        only the decoder knows) is decoded here, as ``transform`` decodes it.
+        ``img`` excepted; returns what remains to do, or None where ``transform`` would return
+        None. ``finish(results, image)`` with the image decoded (and warped, as the returned
+        ``warp`` says) then leaves ``results`` exactly as ``transform`` would. Why: the batched
+        fetch (``datasets/batched_fetch.py``) decodes a whole batch in one native call between
+        the two. A file whose size the header does not tell (no header reader for its format, or
+        a ``color_type`` whose channel count only the decoder knows) is decoded here, as
+        ``transform`` decodes it.
         """
-        if self.pixels_on != 'device':
-            raise ValueError("NativeLoadResizeFlip.plan needs pixels_on='device'")
         filename = results['img_path']
+        image = None
         try:
             encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
             channels = PLANNED_CHANNELS.get(self.color_type)
             if header is None or channels is None or _declared_size_differs(header, results):
                 image, size, scale, out_size = self._decode(encoded, header, filename)
-                pending = PendingDecode(filename, None, 1, tuple(image.permute(2, 0, 1).shape),
-                                        image.permute(2, 0, 1))
+                encoded, denom = None, 1
+                shape = (image.shape[2], *image.shape[:2])
             else:
                 size = (header.width, header.height)
                 scale, out_size = self._target_size(*size)
                 denom = self._scale_denom(header, *out_size)
-                pending = PendingDecode(filename, encoded, denom, (
-                    channels, ceil_div(header.height, denom), ceil_div(header.width, denom)))
+                shape = (channels, ceil_div(header.height, denom), ceil_div(header.width, denom))
         except ImageLoadError as err:
             if self.ignore_empty:
                 return None
             raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
-        self._apply(results, None, size, scale, out_size)
-        return pending
+        direction = self._apply(results, None, size, scale, out_size)
+        if self.pixels_on == 'device':
+            return PendingDecode(filename, encoded, denom, shape,
+                                 None if image is None else image.permute(2, 0, 1))
+        out_w, out_h = out_size
+        decoded = None if image is None else warp_image(
+            image, (out_h, out_w), self.resize.interpolation, direction)
+        return PendingDecode(filename, encoded, denom, shape, decoded, (out_h, out_w, direction))
 
     def finish(self, results: dict, image: torch.Tensor) -> dict:
-        """``results`` of ``plan`` with its image decoded (Tensor[C, H, W] uint8, the shape
-        ``plan`` said): as ``transform`` leaves them."""
-        self._set_deferred_image(results, image.permute(1, 2, 0).numpy())
+        """``results`` of ``plan`` with its image (Tensor[C, H, W] uint8 of the shape ``plan``
+        said, ``PendingDecode.out_shape``): as ``transform`` leaves them."""
+        if self.pixels_on == 'device':
+            self._set_deferred_image(results, image.permute(1, 2, 0).numpy())
+        else:
+            self._set_warped_image(results, image.numpy())
         return results
 
     def _apply(self, results: dict, image: Optional[torch.Tensor], size: tuple[int, int],
-               scale: tuple, out_size: tuple[int, int]) -> None:
+               scale: tuple, out_size: tuple[int, int]) -> Optional[str]:
         """Write every result key from the loaded image (an HxWxC tensor; None: only its
-        geometry, the pixels come later through ``finish``)."""
+        geometry, the pixels come later through ``finish``); returns the flip direction."""
         width, height = size
         out_w, out_h = out_size
         filename = results['img_path']
@@ -205,16 +221,13 @@ class NativeLoadResizeFlip(BaseTransform):
                 f'{masks.width}x{masks.height} (the annotation file declares another image size; '
                 'tools/validate_coco.py lists such images)')
         direction = choose_flip_direction(self.flip) if self.flip is not None else None
-        if self.pixels_on == 'device':
+        if self.pixels_on == 'device' or image is None:
             # A zero-stride stand-in of the output's size: mmdet's flip code reads img's shape.
             results['img'] = np.broadcast_to(np.zeros((), np.uint8), (out_h, out_w))
         else:
-            planar = warp_image(image, (out_h, out_w), self.resize.interpolation,
-                                direction).numpy()
-            # An HWC view of channel-planar pixels: mmdet's transforms see the usual HxWxC array,
-            # and PackDetInputs' transpose back to CHW is already contiguous: it copies nothing.
-            img = planar[0] if planar.shape[0] == 1 else planar.transpose(1, 2, 0)
-            results['img'] = img.astype(np.float32) if self.to_float32 else img
+            self._set_warped_image(results, warp_image(image, (out_h, out_w),
+                                                       self.resize.interpolation,
+                                                       direction).numpy())
         results['ori_shape'] = (height, width)
         results['img_shape'] = (out_h, out_w)
         results['scale'] = scale
@@ -232,6 +245,14 @@ class NativeLoadResizeFlip(BaseTransform):
                 self._set_deferred_image(results, image.numpy())
             results[PENDING_WARP_KEY] = {'out_shape': (out_h, out_w), 'flip_direction': direction,
                                          'interpolation': self.resize.interpolation}
+        return direction
+
+    def _set_warped_image(self, results: dict, planar: np.ndarray) -> None:
+        """``img`` of a sample resized here, from its CxHxW pixels: an HWC view of them. Why:
+        mmdet's transforms see the usual HxWxC array, and PackDetInputs' transpose back to CHW
+        is already contiguous: it copies nothing."""
+        img = planar[0] if planar.shape[0] == 1 else planar.transpose(1, 2, 0)
+        results['img'] = img.astype(np.float32) if self.to_float32 else img
 
     @staticmethod
     def _set_deferred_image(results: dict, decoded: np.ndarray) -> None:

@@ -1,0 +1,66 @@
+// Resize then flip an interleaved 8-bit image and write it channel-planar: the one place both
+// warp_image (one image, a new tensor) and decode_images_into (a batch, into one buffer) do it,
+// so the two give the same bits. The arithmetic is OpenCV's (cv::resize, cv::flip), the calls
+// mmcv.imresize and mmcv.imflip make. Only in builds with OpenCV (optional_libraries.h).
+#pragma once
+
+#ifdef MMDET_EXT_WITH_OPENCV
+#include <cstdint>
+#include <vector>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <c10/util/Exception.h>
+
+namespace mmdet_ext {
+
+// flip: 0 none, 1 horizontal, 2 vertical, 3 diagonal (both), mmcv's direction names in order.
+inline constexpr int kWarpFlipCodes[] = {0, 1, 0, -1};  // cv::flip's codes for 1..3
+
+// Refuses what warp_into_planar cannot do, naming `op`: an absurd output size, an interpolation
+// that is not one of mmcv's five, a flip code out of range.
+inline void check_warp_arguments(const char* op, int64_t out_height, int64_t out_width,
+                                 int64_t interpolation, int64_t flip) {
+  TORCH_CHECK(out_height > 0 && out_width > 0 && out_height <= (1 << 15) &&
+                  out_width <= (1 << 15),
+              op, ": output size ", out_height, "x", out_width,
+              " (h x w) must be within 1..32768 (an absurd resize target)");
+  TORCH_CHECK(interpolation >= cv::INTER_NEAREST && interpolation <= cv::INTER_LANCZOS4, op,
+              ": unknown interpolation ", interpolation,
+              " (0 nearest, 1 bilinear, 2 bicubic, 3 area, 4 lanczos)");
+  TORCH_CHECK(flip >= 0 && flip <= 3, op, ": flip must be 0 (none), 1 (horizontal), "
+              "2 (vertical) or 3 (diagonal), got ", flip);
+}
+
+// Writes `src` (1 to 4 channels) resized to `out_size` with `interpolation` (cv::resize's flags)
+// and flipped by `flip` as [C, out_h, out_w] at `dst`, which must hold C * out_h * out_w bytes.
+inline void warp_into_planar(const cv::Mat& src, cv::Size out_size, int interpolation, int flip,
+                             uint8_t* dst) {
+  cv::Mat warped = src;
+  if (out_size != src.size()) {
+    cv::resize(src, warped, out_size, 0, 0, interpolation);
+  }
+  if (flip != 0) {
+    cv::Mat flipped;
+    cv::flip(warped, flipped, kWarpFlipCodes[flip]);
+    warped = flipped;
+  }
+  const int channels = src.channels();
+  const size_t plane = static_cast<size_t>(out_size.area());
+  std::vector<cv::Mat> planes;
+  for (int c = 0; c < channels; ++c) {  // each plane views the caller's memory
+    planes.emplace_back(out_size, CV_8UC1, dst + c * plane);
+  }
+  if (channels == 1) {
+    warped.copyTo(planes[0]);
+  } else {
+    cv::split(warped, planes);
+  }
+  for (int c = 0; c < channels; ++c) {
+    TORCH_CHECK(planes[c].data == dst + c * plane, "OpenCV reallocated output plane ", c);
+  }
+}
+
+}  // namespace mmdet_ext
+#endif
