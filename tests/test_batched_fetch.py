@@ -1,8 +1,9 @@
 """Batched fetch (``LazyCocoDataset.__getitems__``): a batch's images decoded in one native call
 (``decode_images_into``; resized and flipped too with ``pixels_on='worker'``) give exactly the
 samples of the per-sample path -- same seeds, same flips, same pixels, same annotations and
-metainfo -- for both ``pixels_on``, through real DataLoader workers and the threads option, with bad samples, EXIF-rotated photos, the per-sample fall back and its log, and a
-batch that reaches the training process in the very buffer it was decoded into."""
+metainfo -- for both ``pixels_on``, through real DataLoader workers and the threads option, with
+bad samples, EXIF-rotated photos, the per-sample fall back and its log, and a batch that reaches
+the training process in the very buffer it was decoded into."""
 import json
 import os
 import shutil
