@@ -10,14 +10,18 @@ inherit it). Rounds interleave the contenders; each keeps its best round. Conten
 - mmdet best: ``poly2mask=False``, ``imdecode_backend='turbojpeg'``, ``cv2.setNumThreads(0)``,
   persistent workers, workers swept (the best count kept); pin_memory has no effect without CUDA;
 - today, fused: ``LoadLazyAnnotations`` + ``NativeLoadResizeFlip`` + ``PackDetInputs``,
-  ``fast_collate`` (resized, padded uint8 batch);
+  ``fast_collate`` (resized, padded uint8 batch), ``batched_fetch=False`` (per sample);
 - today, deferred: the same with ``pixels_on='device'``, ``batched_fetch=False`` (per sample);
 - batched, workers: ``pixels_on='device'`` with the batched fetch (one ``decode_images_into``
   per batch in each worker, into shared memory that ``fast_collate`` passes on);
 - batched, threads: the same with ``num_workers=0`` and ``decode_threads`` = the cores;
+- batched fused, workers / threads: ``pixels_on='worker'`` (the main job's pipeline) with the
+  batched fetch: one ``decode_images_into`` per batch that resizes and flips as it decodes;
 - ceiling: the same decoder (``decode_image``, libjpeg) on the same files at the same
   parallelism, nothing else: read + decode in the workers, only the shape sent back; and read +
   ``decode_images_into`` per batch on the threads in one process. The better of the two.
+- fused ceiling: read + ``decode_images_into`` with the same resizes (no flip: it costs a copy)
+  per batch on the threads: the native work of the fused path and nothing else.
 
 Our contenders load through ``PerSampleSeedDataset`` with seeded batches (``ExactResumeHook``'s
 path), and the first batches of the deferred and batched paths are asserted identical before
@@ -59,6 +63,7 @@ from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset, SeededKey
 from mmdet_ext.io import read_image_header
 from mmdet_ext.ops import decode_image, decode_images_into
 from mmdet_ext.transforms import DEFERRED_META_KEYS
+from mmdet_ext.transforms.fused_loading import JPEG_SCALE_DENOMS
 
 SCENARIOS = [('640x480 -> 1333x800', 640, 480, (1333, 800)),
              ('2560x1920 -> 1333x800', 2560, 1920, (1333, 800))]
@@ -146,25 +151,35 @@ def shapes_only(batch: list) -> dict:
 class DecodeOnThreads:
     """Ceiling, threads: read + decode_images_into per batch into a buffer allocated once."""
 
-    def __init__(self, paths: list[str], batch_size: int, threads: int) -> None:
+    def __init__(self, paths: list[str], batch_size: int, threads: int,
+                 resize_to: tuple = None) -> None:
         self.paths, self.batch_size, self.threads = paths, batch_size, threads
+        self.resize_to = resize_to  # (w, h) scale, keep_ratio: resized as the fused path does
         self.buffer = torch.empty(0, dtype=torch.uint8)
 
     def __iter__(self):
         for start in range(0, len(self.paths), self.batch_size):
-            data, shapes = [], []
+            data, shapes, denoms, warps = [], [], [], []
             for path in self.paths[start:start + self.batch_size]:
                 with open(path, 'rb') as f:
                     raw = f.read()
                 header = read_image_header(raw)
                 data.append(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
-                shapes.append((3, header.height, header.width))
-            sizes = [int(np.prod(s)) for s in shapes]
+                denom = 1
+                if self.resize_to:  # resized, from a reduced decode where the loader does it
+                    w, h = mmcv.rescale_size((header.width, header.height), self.resize_to)
+                    warps.append((h, w, None))
+                    denom = next((d for d in JPEG_SCALE_DENOMS if -(-header.width // d) >= w
+                                  and -(-header.height // d) >= h), 1)
+                denoms.append(denom)
+                shapes.append((3, -(-header.height // denom), -(-header.width // denom)))
+            written = [(3, *w[:2]) for w in warps] if warps else shapes
+            sizes = [int(np.prod(s)) for s in written]
             offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
             if self.buffer.numel() < offsets[-1]:
                 self.buffer = torch.empty(offsets[-1], dtype=torch.uint8)
-            decode_images_into(data, 'color', [1] * len(data), self.buffer, offsets[:-1], shapes,
-                               num_threads=self.threads)
+            decode_images_into(data, 'color', denoms, self.buffer, offsets[:-1], shapes,
+                               num_threads=self.threads, warps=warps or None)
             yield {'data_samples': shapes}
 
 
@@ -205,7 +220,8 @@ def assert_same_batches(*loaders) -> None:
     for batches in firsts[1:]:
         for got, want in zip(batches, firsts[0]):
             assert torch.equal(got['inputs'], want['inputs'])
-            for key in ('image_shapes', 'out_shapes', 'flips'):
+            assert got['input_shapes'] == want['input_shapes']
+            for key in ('image_shapes', 'out_shapes', 'flips') if 'pending_warp' in want else ():
                 assert torch.equal(got['pending_warp'][key], want['pending_warp'][key])
             assert [s.img_id for s in got['data_samples']] == \
                 [s.img_id for s in want['data_samples']]
@@ -220,8 +236,8 @@ def run_scenario(root: Path, paths: list[str], scale: tuple, args, cores: int) -
     contenders = {
         'mmdet default': lambda: loader(mmdet_dataset(root, scale, True, 'cv2'), batch,
                                         args.workers, pseudo_collate, False),
-        'today, fused': lambda: loader(our_dataset(root, scale, 'worker'), batch, args.workers,
-                                       fast_collate, True),
+        'today, fused': lambda: loader(our_dataset(root, scale, 'worker', batched_fetch=False),
+                                       batch, args.workers, fast_collate, True),
         'today, deferred': lambda: loader(our_dataset(root, scale, 'device',
                                                       batched_fetch=False), batch,
                                           args.workers, fast_collate, True),
@@ -230,9 +246,15 @@ def run_scenario(root: Path, paths: list[str], scale: tuple, args, cores: int) -
         'batched, threads': lambda: loader(our_dataset(root, scale, 'device',
                                                        decode_threads=cores), batch, 0,
                                            fast_collate, True),
+        'batched fused, workers': lambda: loader(our_dataset(root, scale, 'worker'), batch,
+                                                 args.workers, fast_collate, True),
+        'batched fused, threads': lambda: loader(our_dataset(root, scale, 'worker',
+                                                             decode_threads=cores), batch, 0,
+                                                 fast_collate, True),
         'ceiling, processes': lambda: loader(DecodeInWorkers(paths), batch, args.workers,
                                              shapes_only, False),
         'ceiling, threads': lambda: DecodeOnThreads(paths, batch, cores),
+        'fused ceiling': lambda: DecodeOnThreads(paths, batch, cores, scale),
     }
     for workers in MMDET_BEST_WORKERS:
         contenders[f'mmdet best, {workers} workers'] = (
@@ -240,6 +262,8 @@ def run_scenario(root: Path, paths: list[str], scale: tuple, args, cores: int) -
                                      pseudo_collate, False))
     assert_same_batches(contenders['today, deferred'](), contenders['batched, workers'](),
                         contenders['batched, threads']())
+    assert_same_batches(contenders['today, fused'](), contenders['batched fused, workers'](),
+                        contenders['batched fused, threads']())
     result = {name: (0.0, 0.0) for name in contenders}
     for _ in range(args.rounds):
         for name, make in contenders.items():
@@ -338,6 +362,11 @@ def main() -> None:
     write_report(args.out, report(rows, phases, args, cores, load_before, load_after))
 
 
+def mmdet_best(result: dict) -> tuple[float, float]:
+    """The best of the swept mmdet-best rows."""
+    return max((v for k, v in result.items() if k.startswith('mmdet best')), key=lambda v: v[0])
+
+
 def report(rows, phases, args, cores, load_before, load_after) -> list[str]:
     order = ['mmdet default', 'mmdet best', 'today, fused', 'today, deferred',
              'batched, workers', 'batched, threads', 'ceiling']
@@ -366,8 +395,7 @@ def report(rows, phases, args, cores, load_before, load_after) -> list[str]:
     ]
     details = []
     for name, result in rows:
-        best_mmdet = max((v for k, v in result.items() if k.startswith('mmdet best')),
-                         key=lambda v: v[0])
+        best_mmdet = mmdet_best(result)
         best_workers = [k for k, v in result.items() if v == best_mmdet][0].split(', ')[1]
         ceiling = max(result['ceiling, processes'], result['ceiling, threads'],
                       key=lambda v: v[0])
@@ -383,6 +411,23 @@ def report(rows, phases, args, cores, load_before, load_after) -> list[str]:
               'and threads rows; "ceiling" the better of decoding in worker processes and on '
               'threads. Goals (issue 30): batched >= 0.9x the decode ceiling at 640x480, >= 2.5x '
               'mmdet\'s best setting.', '', *details]
+    fused = ['mmdet best', 'today, fused', 'batched fused, workers', 'batched fused, threads',
+             'fused ceiling']
+    lines += ['', "## Resized in the worker (pixels_on='worker', the main job's pipeline)", '',
+              'The same run. The fused ceiling is the native work of this path alone: read + '
+              '`decode_images_into` with the same resizes (and reduced decodes) on the threads.',
+              '', '| scenario | ' + ' | '.join(fused) + ' | batched fused / fused ceiling | '
+              'batched fused / mmdet best | batched fused / today fused |',
+              '|---|' + '---:|' * (len(fused) + 3)]
+    for name, result in rows:
+        best_mmdet = mmdet_best(result)
+        batched = max(result['batched fused, workers'], result['batched fused, threads'],
+                      key=lambda v: v[0])
+        cells = {**result, 'mmdet best': best_mmdet}
+        row = [f'{cells[k][0]:.1f} ({1000 * cells[k][1]:.1f})' for k in fused]
+        lines.append(f'| {name} | ' + ' | '.join(row) + ' | ' + ' | '.join(
+            f'{batched[0] / other[0]:.2f}x' for other in (
+                result['fused ceiling'], best_mmdet, result['today, fused'])) + ' |')
     labels = list(phases[0][1])
     lines += ['', '## Where a batched sample\'s time goes (threads, one process)', '',
               f'ms per sample, {args.passes} passes after a warm-up, each step timed around its '
