@@ -7,6 +7,8 @@ the training process in the very buffer it was decoded into."""
 import json
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import cv2
@@ -295,9 +297,9 @@ def _seeded_batches(indices, batch_size):
             for chunk in (indices[i:i + batch_size] for i in range(0, len(indices), batch_size))]
 
 
-def _loader(dataset, num_workers):
+def _loader(dataset, num_workers, **options):
     return DataLoader(PerSampleSeedDataset(dataset), batch_sampler=_seeded_batches(
-        list(range(8))[::-1], 3), num_workers=num_workers, collate_fn=fast_collate)
+        list(range(8))[::-1], 3), num_workers=num_workers, collate_fn=fast_collate, **options)
 
 
 @pytest.mark.parametrize('pixels_on,num_workers,decode_threads', [
@@ -529,6 +531,66 @@ def test_the_inflight_record_names_every_file_of_a_batch_decode(toy_coco_root, t
     assert len(f'loading {dataset.inflight.told[-1]}') * 8 < RECORD_BYTES  # a batch of 16 fits
     record = Path(inflight_path(str(tmp_path), os.getpid())).read_text()
     assert record.strip() == 'idle'
+
+
+class BlockOnImage(BaseTransform):
+    """A user's transform before the loader that hangs on one image until released (a stuck
+    network read, say): the batched fetch runs it inside its plan pass."""
+
+    def __init__(self, img_id, release_file):
+        self.img_id, self.release_file = img_id, release_file
+
+    def transform(self, results: dict) -> dict:
+        while results['img_id'] == self.img_id and not os.path.exists(self.release_file):
+            time.sleep(0.02)
+        return results
+
+
+def _wait_for(condition, what, deadline_s=120):
+    """Poll until ``condition()``; a generous deadline turns a never into a failure, not a
+    hang (nothing here measures time)."""
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, f'never happened: {what}'
+        time.sleep(0.05)
+
+
+def test_a_worker_stuck_in_a_batch_is_named_by_its_inflight_record(toy_coco_root, tmp_path,
+                                                                  log_file):
+    """What HangWatchdogHook reports for a stuck DataLoader worker is its in-flight record: in
+    batch mode it names the sample the worker is stuck on, and the batch, once released, is
+    the per-sample path's."""
+    work_dir, release = tmp_path / 'work', tmp_path / 'release'
+    work_dir.mkdir()
+    block = BlockOnImage(img_id=5, release_file=str(release))
+    pipeline = _pipeline(pixels_on='worker')
+    pipeline.insert(1, block)
+    dataset = _dataset(toy_coco_root, pipeline, work_dir=str(work_dir))
+    reference = _dataset(toy_coco_root, [t for t in pipeline if t is not block],
+                         batched_fetch=False)
+    batches = []
+    loading = threading.Thread(target=lambda: batches.extend(_loader(dataset, 1, timeout=300)))
+    loading.start()
+    try:
+        def stuck_record():
+            for path in work_dir.glob('inflight_*.txt'):
+                text = path.read_text()
+                if 'sample 4 ' in text:
+                    return path, text.strip()
+            return None
+        _wait_for(stuck_record, 'a worker recording sample 4')
+        path, record = stuck_record()
+        image = toy_coco_root / 'train' / '000004.jpg'
+        assert record == f'loading sample 4 (img_id=5, img_path={image})'
+        assert path.name != f'inflight_{os.getpid()}.txt'  # the worker's record, not ours
+        assert 'batched fetch on: one native decode call per batch' in log_file.read_text()
+    finally:
+        release.touch()
+        loading.join(timeout=300)
+    assert not loading.is_alive() and len(batches) == 3
+    for got, want in zip(batches, _loader(reference, 0)):
+        assert torch.equal(got['inputs'], want['inputs'])
+        assert [s.img_id for s in got['data_samples']] == [s.img_id for s in want['data_samples']]
 
 
 class FailOnImage(BaseTransform):
