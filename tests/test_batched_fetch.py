@@ -626,7 +626,8 @@ def test_a_transform_after_the_loader_that_raises_is_a_bad_sample_as_before(toy_
 
 
 def _losses(work_dir: Path) -> list[float]:
-    (scalars,) = work_dir.glob('*/vis_data/scalars.json')
+    """The logged losses of the run's last launch (a resumed run has one folder per launch)."""
+    scalars = sorted(work_dir.glob('*/vis_data/scalars.json'))[-1]
     return [row['loss'] for row in map(json.loads, scalars.read_text().splitlines())
             if 'loss' in row]
 
@@ -650,3 +651,17 @@ def test_training_on_the_batched_fetch_gives_the_per_sample_losses(toy_coco_root
     assert 'batched fetch off, samples load one by one: batched_fetch=False' in log
     losses = _losses(tmp_path / 'batched')
     assert len(losses) == 4 and losses == _losses(tmp_path / 'per_sample')
+
+
+def test_resuming_on_the_batched_fetch_repeats_the_run(toy_coco_root, tmp_path, train_toy):
+    """The main job's config (batched, resized in the workers): 2 epochs in one go, and 1 epoch
+    then --resume to 2, log the same second-epoch losses (ExactResumeHook's seeds)."""
+    options = ('randomness.seed=0', )
+    log = train_toy(toy_coco_root, tmp_path / 'whole', 2, options=options)
+    assert 'batched fetch on: one native decode call per batch' in log
+    train_toy(toy_coco_root, tmp_path / 'split', 1, options=options)
+    log = train_toy(toy_coco_root, tmp_path / 'split', 2, '--resume', options=options)
+    assert 'resumed epoch: 1' in log
+    whole, resumed = _losses(tmp_path / 'whole'), _losses(tmp_path / 'split')
+    assert len(whole) == 8 and len(resumed) == 4
+    assert resumed == whole[4:]
