@@ -8,7 +8,8 @@ image_scale = (320, 240)
 
 # mmdet_ext's native pipeline: annotations stay compact (LazyInstanceMasks), the image is decoded,
 # resized and flipped in C++ (NativeLoadResizeFlip = LoadImageFromFile + Resize + RandomFlip, same
-# arguments), and fast_collate builds one padded uint8 batch in the worker.
+# arguments; LazyCocoDataset's batched fetch does it for a whole batch in one native call), and
+# fast_collate builds one padded uint8 batch in the worker.
 train_pipeline = [
     dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
     dict(type='NativeLoadResizeFlip', scale=image_scale, keep_ratio=True, prob=0.5),
