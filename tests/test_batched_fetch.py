@@ -324,10 +324,24 @@ def test_dataloader_batches_equal_the_per_sample_ones(toy_coco_root, pixels_on, 
         assert [s.img_id for s in got['data_samples']] == [s.img_id for s in want['data_samples']]
         for got_sample, want_sample in zip(got['data_samples'], want['data_samples']):
             assert got_sample.flip_direction == want_sample.flip_direction
-            assert torch.equal(got_sample.gt_instances.bboxes.tensor,
-                               want_sample.gt_instances.bboxes.tensor)
+            for field in ('gt_instances', 'ignored_instances'):
+                got_data, want_data = got_sample.get(field), want_sample.get(field)
+                for got_tensor, want_tensor in zip(_instance_tensors(got_data),
+                                                   _instance_tensors(want_data)):
+                    assert got_tensor.dtype == want_tensor.dtype
+                    assert torch.equal(got_tensor, want_tensor)
         if num_workers:
             assert got['inputs'].is_shared()  # in shared memory once, sent as it is
+            # ... and the boxes (labels) of every sample, gt and ignored, in one storage
+            tensors = [t for s in got['data_samples'] for field in ('gt_instances',
+                                                                   'ignored_instances')
+                       for t in _instance_tensors(s.get(field))]
+            assert len(tensors) == 4 * len(got['data_samples'])
+            assert len({(t.dtype, t.untyped_storage().data_ptr()) for t in tensors}) == 2
+
+
+def _instance_tensors(instances):
+    return [instances.bboxes.tensor, instances.labels]
 
 
 # ---------------------------------------------------------------------------------------------
