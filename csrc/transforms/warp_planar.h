@@ -41,6 +41,11 @@ inline void warp_into_planar(const cv::Mat& src, cv::Size out_size, int interpol
   if (out_size != src.size()) {
     cv::resize(src, warped, out_size, 0, 0, interpolation);
   }
+  if (flip != 0) {
+    cv::Mat flipped;
+    cv::flip(warped, flipped, kWarpFlipCodes[flip]);
+    warped = flipped;
+  }
   const int channels = src.channels();
   const size_t plane = static_cast<size_t>(out_size.area());
   std::vector<cv::Mat> planes;
@@ -54,10 +59,6 @@ inline void warp_into_planar(const cv::Mat& src, cv::Size out_size, int interpol
   }
   for (int c = 0; c < channels; ++c) {
     TORCH_CHECK(planes[c].data == dst + c * plane, "OpenCV reallocated output plane ", c);
-    // Each plane flipped where it lies: cv::flip swaps from both ends, so in place is exact
-    // (OpenCV's own diagonal flip runs its horizontal pass in place), and a flipped image costs
-    // no extra copy of itself.
-    if (flip != 0) cv::flip(planes[c], planes[c], kWarpFlipCodes[flip]);
   }
 }
 
