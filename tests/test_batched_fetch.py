@@ -344,6 +344,30 @@ def _instance_tensors(instances):
     return [instances.bboxes.tensor, instances.labels]
 
 
+@pytest.mark.parametrize('batched_fetch', [True, False])
+def test_a_pipeline_loaded_sample_by_sample_shares_its_instance_tensors_too(toy_coco_root,
+                                                                           batched_fetch):
+    """Sharing the instance tensors does not need the batched decode: a pipeline it does not
+    recognise gets it as well, batched_fetch=False (the per-sample path as it was) does not."""
+    pipeline = _pipeline(after=[CountInstances()], pixels_on='worker')
+    dataset = _dataset(toy_coco_root, pipeline, batched_fetch=batched_fetch)
+    reference = _dataset(toy_coco_root, pipeline, batched_fetch=False)
+    for got, want in zip(_loader(dataset, 2), _loader(reference, 0)):
+        assert torch.equal(got['inputs'], want['inputs'])
+        tensors = [t for s in got['data_samples'] for field in ('gt_instances',
+                                                               'ignored_instances')
+                   for t in _instance_tensors(s.get(field))]
+        expected = [t for s in want['data_samples'] for field in ('gt_instances',
+                                                                 'ignored_instances')
+                    for t in _instance_tensors(s.get(field))]
+        assert all(torch.equal(g, w) and g.dtype == w.dtype for g, w in zip(tensors, expected))
+        if batched_fetch:
+            assert len({t.untyped_storage().data_ptr() for t in tensors}) == 2
+        else:  # each its own (empty ones have no memory to tell apart)
+            filled = [t for t in tensors if t.numel()]
+            assert len({t.untyped_storage().data_ptr() for t in filled}) == len(filled) > 2
+
+
 # ---------------------------------------------------------------------------------------------
 # What the batch cannot do exactly goes through the per-sample path
 # ---------------------------------------------------------------------------------------------

@@ -44,7 +44,6 @@ from ..collate import allocate_batch
 from ..ops import decode_images_into
 from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
 from .sample_seeds import load_seeded, seeded_rngs
-from .shared_instance_tensors import share_instance_tensors
 
 # Transforms allowed after the loader: they draw nothing at random and do not touch img, or, for
 # PackDetInputs, read it only to make the CHW tensor (a view of the batch buffer).
@@ -121,15 +120,7 @@ class BatchedFetcher:
         self._logged_fallback = False
 
     def fetch(self, indices: Sequence[int], seeds: Optional[Sequence[int]] = None) -> list:
-        """The samples of ``indices`` (each under its seed when given), as the per-sample path.
-        In a DataLoader worker their instance tensors share a few storages (a cheaper send:
-        ``share_instance_tensors``)."""
-        samples = self._fetch_exactly(indices, seeds)
-        if torch.utils.data.get_worker_info() is not None:
-            share_instance_tensors(samples)
-        return samples
-
-    def _fetch_exactly(self, indices: Sequence[int], seeds: Optional[Sequence[int]]) -> list:
+        """The samples of ``indices`` (each under its seed when given), as the per-sample path."""
         seeds = [None] * len(indices) if seeds is None else list(seeds)
         bad = self.dataset.bad_samples
         counts = bad.tried, bad.bad_count

@@ -3,10 +3,11 @@
 Why: a DataLoader worker sends every tensor of a batch through shared memory, one segment per
 storage: creating, sending and mapping one costs about 0.2 ms of CPU between the two processes,
 whatever its size. A detection sample carries four small ones (gt and ignored boxes and labels),
-which cost a worker about 0.7 ms per sample more than the same values as views of two storages
-(measured: 0.92 against 0.22 CPU ms per sample, 2 workers, batches of 8). The batched fetch
-therefore lays the tensors of its samples' instances out in one storage per dtype: the model
-receives the same values, dtypes and shapes, each sample's tensors a contiguous view of their own.
+which cost more CPU than the same values as views of two storages per batch
+(benchmarks/results/shared_instance_tensors.md). ``LazyCocoDataset``'s batch fetch
+(``__getitems__``, batched pipeline or not) therefore lays the tensors of its samples' instances
+out in one storage per dtype: the model receives the same values, dtypes and shapes, each
+sample's tensors a contiguous view of their own.
 """
 from typing import Any, Iterator
 
