@@ -62,8 +62,7 @@ from mmdet_ext import LazyCocoDataset, fast_collate
 from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset, SeededKey
 from mmdet_ext.io import read_image_header
 from mmdet_ext.ops import decode_image, decode_images_into
-from mmdet_ext.transforms import DEFERRED_META_KEYS
-from mmdet_ext.transforms.fused_loading import JPEG_SCALE_DENOMS
+from mmdet_ext.transforms import DEFERRED_META_KEYS, NativeLoadResizeFlip
 
 SCENARIOS = [('640x480 -> 1333x800', 640, 480, (1333, 800)),
              ('2560x1920 -> 1333x800', 2560, 1920, (1333, 800))]
@@ -154,7 +153,9 @@ class DecodeOnThreads:
     def __init__(self, paths: list[str], batch_size: int, threads: int,
                  resize_to: tuple = None) -> None:
         self.paths, self.batch_size, self.threads = paths, batch_size, threads
-        self.resize_to = resize_to  # (w, h) scale, keep_ratio: resized as the fused path does
+        # (w, h) scale, keep_ratio: the loader's own target and reduced-decode arithmetic
+        self.loader = NativeLoadResizeFlip(scale=resize_to, keep_ratio=True) if resize_to \
+            else None
         self.buffer = torch.empty(0, dtype=torch.uint8)
 
     def __iter__(self):
@@ -166,11 +167,10 @@ class DecodeOnThreads:
                 header = read_image_header(raw)
                 data.append(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
                 denom = 1
-                if self.resize_to:  # resized, from a reduced decode where the loader does it
-                    w, h = mmcv.rescale_size((header.width, header.height), self.resize_to)
+                if self.loader:  # resized, from a reduced decode where the loader does it
+                    _, (w, h) = self.loader._target_size(header.width, header.height)
                     warps.append((h, w, None))
-                    denom = next((d for d in JPEG_SCALE_DENOMS if -(-header.width // d) >= w
-                                  and -(-header.height // d) >= h), 1)
+                    denom = self.loader._scale_denom(header, w, h)
                 denoms.append(denom)
                 shapes.append((3, -(-header.height // denom), -(-header.width // denom)))
             written = [(3, *w[:2]) for w in warps] if warps else shapes
