@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from mmengine.dataset import pseudo_collate
 
+from . import worker_buffers
 from .ops import FLIP_CODES
 from .registry import FUNCTIONS
 from .rounding import padded_size
@@ -92,9 +93,14 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
 def allocate_batch(first: torch.Tensor, shape: tuple, pin_memory: bool) -> torch.Tensor:
     """An uninitialised tensor of ``first``'s dtype: in shared memory in a DataLoader worker, as
     default_collate does (else sending it to the main process copies it into shared memory once
-    more), page-locked in the main process when asked and CUDA is available."""
+    more) and in a segment the worker reuses where it can (``worker_buffers``); page-locked in
+    the main process when asked and CUDA is available."""
     if torch.utils.data.get_worker_info() is not None:
-        storage = first.untyped_storage()._new_shared(first.element_size() * int(np.prod(shape)))
+        nbytes = first.element_size() * int(np.prod(shape))
+        pooled = worker_buffers.allocate(nbytes)
+        if pooled is not None:
+            return pooled.view(first.dtype).view(shape)
+        storage = first.untyped_storage()._new_shared(nbytes)
         return first.new_empty(0).set_(storage).view(shape)
     pin = pin_memory and torch.cuda.is_available()
     return torch.empty(shape, dtype=first.dtype, pin_memory=pin)
@@ -179,7 +185,7 @@ def _one_buffer(images: list) -> Optional[torch.Tensor]:
             return None
         end += image.numel()
     in_worker = torch.utils.data.get_worker_info() is not None
-    if in_worker and not storage.is_shared():
+    if in_worker and not storage.is_shared() and not worker_buffers.is_pooled(storage):
         return None  # sending it would copy it into shared memory: allocate_batch does it once
     return first.new_empty(0).set_(storage, first.storage_offset(),
                                    (end - first.storage_offset(),))

@@ -1,0 +1,226 @@
+"""Batch buffers a DataLoader worker reuses, instead of new shared memory for every batch.
+
+Why: a worker sends a batch's images to the training process through shared memory. Stock
+PyTorch (``default_collate``, and ``allocate_batch`` before this) creates a new segment per batch:
+the kernel then allocates, zeroes and maps every page as the worker first writes it, and frees
+them all when the training process lets go. On a padded 8 x 3 x 800 x 1344 batch that costs
+three times the copy itself (benchmarks/results/worker_buffers.md). A worker here keeps a few
+segments and writes each new batch into one the training process has released.
+
+How:
+
+* A segment is a ``memfd`` (Linux) of ``HEADER_BYTES`` + capacity, mapped by the worker. Its
+  header holds two counters: how many times the worker sent it (written only by the worker) and
+  how many of those the training process has released (written only there).
+* ``allocate(nbytes)`` in a worker returns a uint8 tensor over a segment that is free -- no tensor
+  in this worker uses it and ``released == sent`` -- or a new one; None when the pool is full of
+  busy segments or the allocation is too small to be worth it (the caller then uses torch's
+  shared memory, as before).
+* Sending: ``install_sender()`` registers a pickling reducer for ``torch.Tensor`` in the worker.
+  A tensor over a pooled segment travels as the segment (its file descriptor, once per batch
+  however many views of it the batch holds) plus the view's dtype, offset, shape and strides;
+  ``sent`` goes up by one. Every other tensor goes through torch's own reducer.
+* Receiving: the training process maps the segment and rebuilds the views: plain CPU tensors.
+  When the last of them is gone, ``released`` goes up by one and the mapping is closed.
+
+The training process may keep a batch as long as it likes: a segment is never written while it
+holds any view of it, so nothing it received changes under it. A batch that is never received
+(a DataLoader shut down with batches in its queue) leaves its segment busy; the pool then grows,
+up to ``MAX_SEGMENTS``, and beyond that the worker falls back to torch's shared memory.
+"""
+import mmap
+import os
+import threading
+import weakref
+from multiprocessing.reduction import DupFd, ForkingPickler
+from typing import Optional
+
+import numpy as np
+import torch
+# Registers torch's reducers with ForkingPickler: install_sender() wraps the one for tensors.
+import torch.multiprocessing  # noqa: F401
+
+# Two int64 counters (sent, released), padded so the data is 64-byte aligned.
+HEADER_BYTES = 64
+# Below this, a new segment costs little next to sending one: not worth holding memory for.
+MIN_POOLED_BYTES = 1 << 20
+# Segments one worker keeps: the batches it may have in flight (prefetch_factor, 2 by default)
+# plus those the training process holds, with room to spare.
+MAX_SEGMENTS = 8
+SENT, RELEASED = 0, 1
+
+
+class _Segment:
+    """One memfd of ``HEADER_BYTES + capacity`` bytes, mapped in the worker that created it."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.fd = os.memfd_create('mmdet_ext_batch', os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, HEADER_BYTES + capacity)
+        self.map = mmap.mmap(self.fd, HEADER_BYTES + capacity)
+        self.counters = np.frombuffer(self.map, np.int64, count=2)
+        self.address = self.counters.ctypes.data + HEADER_BYTES
+        self.sent = 0
+        self.in_use: Optional[weakref.ref] = None  # the worker's array of the current allocation
+        self.handle: Optional[_SentSegment] = None
+
+    def is_free(self) -> bool:
+        live = self.in_use is not None and self.in_use() is not None
+        return not live and int(self.counters[RELEASED]) == self.sent
+
+    def allocate(self, nbytes: int) -> torch.Tensor:
+        array = np.frombuffer(self.map, np.uint8, count=nbytes, offset=HEADER_BYTES)
+        self.in_use = weakref.ref(array)
+        # One handle per allocation: every view of it in one pickled batch refers to this object,
+        # so pickle's memo sends the segment once.
+        self.handle = _SentSegment(self)
+        return torch.from_numpy(array)
+
+    def close(self) -> None:
+        del self.counters
+        self.map.close()
+        os.close(self.fd)
+
+
+class _SentSegment:
+    """What a tensor over a pooled segment pickles as: the segment, once per batch."""
+
+    def __init__(self, segment: _Segment) -> None:
+        self.segment = segment
+
+    def __reduce__(self):
+        segment = self.segment
+        segment.sent += 1
+        segment.counters[SENT] = segment.sent
+        return _receive_segment, (DupFd(segment.fd), HEADER_BYTES + segment.capacity)
+
+
+class _Pool:
+    """The segments of this worker process."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.segments_created = 0  # for tests and diagnostics: how often the pool grew
+        self.segments: list[_Segment] = []
+        self.by_address: dict[int, _Segment] = {}
+
+    def allocate(self, nbytes: int) -> Optional[torch.Tensor]:
+        free = [s for s in self.segments if s.is_free()]
+        fits = [s for s in free if s.capacity >= nbytes]
+        if fits:
+            return min(fits, key=lambda s: s.capacity).allocate(nbytes)
+        if free:  # replace the largest free one: the pool holds as many segments as it needs
+            self._drop(max(free, key=lambda s: s.capacity))
+        elif len(self.segments) >= MAX_SEGMENTS:
+            return None
+        segment = _Segment(_rounded_capacity(nbytes))
+        self.segments_created += 1
+        self.segments.append(segment)
+        self.by_address[segment.address] = segment
+        return segment.allocate(nbytes)
+
+    def _drop(self, segment: _Segment) -> None:
+        self.segments.remove(segment)
+        del self.by_address[segment.address]
+        segment.close()
+
+
+def _rounded_capacity(nbytes: int) -> int:
+    """``nbytes`` rounded up to an eighth of its power of two: a batch slightly larger than the
+    last one still fits, at most 12.5% is unused."""
+    step = max(1 << (nbytes.bit_length() - 1) >> 3, HEADER_BYTES)
+    return -(-nbytes // step) * step
+
+
+_pool: Optional[_Pool] = None
+
+
+def _worker_pool() -> Optional[_Pool]:
+    """This worker's pool; None outside a DataLoader worker or where memfd does not exist."""
+    global _pool
+    if torch.utils.data.get_worker_info() is None or not hasattr(os, 'memfd_create'):
+        return None
+    if _pool is None or _pool.pid != os.getpid():  # not the pool of the process we forked from
+        _pool = _Pool()
+        install_sender()
+    return _pool
+
+
+def allocate(nbytes: int) -> Optional[torch.Tensor]:
+    """A uint8 Tensor[nbytes] over a reused shared segment, in a DataLoader worker; None when
+    this is not a worker, the size is under ``MIN_POOLED_BYTES`` or every segment is busy."""
+    pool = _worker_pool() if nbytes >= MIN_POOLED_BYTES else None
+    return None if pool is None else pool.allocate(nbytes)
+
+
+def is_pooled(storage: torch.UntypedStorage) -> bool:
+    """Whether ``storage`` is a segment of this process's pool (it is sent without a copy)."""
+    return _pool is not None and _pool.pid == os.getpid() and \
+        storage.data_ptr() in _pool.by_address
+
+
+_torch_reduce_tensor = None
+
+
+def install_sender() -> None:
+    """Register ``_reduce_tensor`` for ``torch.Tensor`` with ``ForkingPickler`` (once)."""
+    global _torch_reduce_tensor
+    if _torch_reduce_tensor is None:
+        _torch_reduce_tensor = ForkingPickler._extra_reducers[torch.Tensor]
+        ForkingPickler.register(torch.Tensor, _reduce_tensor)
+
+
+def _reduce_tensor(tensor: torch.Tensor):
+    segment = None
+    if _pool is not None and tensor.device.type == 'cpu' and not tensor.requires_grad:
+        segment = _pool.by_address.get(tensor.untyped_storage().data_ptr())
+    if segment is None or segment.handle is None:
+        return _torch_reduce_tensor(tensor)
+    return _receive_view, (segment.handle, tensor.dtype, tensor.storage_offset(),
+                           tuple(tensor.shape), tuple(tensor.stride()))
+
+
+# Release counts are read-modify-writes, and tensors die on any thread (pin_memory's too).
+_release_lock = threading.Lock()
+
+
+class _ReceivedSegment:
+    """The training process's mapping of a segment, as bytes; released when its views die."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        try:
+            self.map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        counters = np.frombuffer(self.map, np.int64, count=2)
+        data = np.frombuffer(self.map, np.uint8, offset=HEADER_BYTES)
+        address = data.ctypes.data
+        _received.add(address)
+        weakref.finalize(data, _release, counters, address)
+        self.data = torch.from_numpy(data)
+
+
+# Where the segments this process received and still holds lie (is_received).
+_received: set[int] = set()
+
+
+def _release(counters: np.ndarray, address: int) -> None:
+    # The views were read before their last reference went (torch's reference counts order
+    # that); the worker reads this counter before it writes the segment again.
+    with _release_lock:
+        _received.discard(address)
+        counters[RELEASED] += 1
+
+
+def is_received(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a view of a segment a worker's pool sent to this process."""
+    return tensor.untyped_storage().data_ptr() in _received
+
+
+def _receive_segment(fd: DupFd, size: int) -> _ReceivedSegment:
+    return _ReceivedSegment(fd.detach(), size)
+
+
+def _receive_view(segment: _ReceivedSegment, dtype: torch.dtype, offset: int, shape: tuple,
+                  stride: tuple) -> torch.Tensor:
+    return segment.data.view(dtype).as_strided(shape, stride, offset)

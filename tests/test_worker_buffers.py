@@ -1,0 +1,138 @@
+"""Reused batch buffers: real DataLoader workers, real pickling, real shared memory.
+
+What must hold: the training process receives exactly what the worker wrote, however long it
+keeps a batch; a segment is reused only once released; views of one segment arrive as views of
+one mapping; everything else still travels through torch's own shared memory.
+"""
+import gc
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from mmdet_ext import worker_buffers
+from mmdet_ext.collate import allocate_batch
+
+BATCH_BYTES = 3 << 20  # over MIN_POOLED_BYTES: pooled
+SMALL_BYTES = 4 << 10  # under it: torch's shared memory
+
+pytestmark = pytest.mark.skipif(not hasattr(__import__('os'), 'memfd_create'),
+                                reason='the pool needs memfd (Linux)')
+
+
+class Indices(Dataset):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+def fill_batch(indices: list) -> dict:
+    """A batch whose bytes say which batch it is (its first index), plus what the worker knows."""
+    first = indices[0]
+    pixels = allocate_batch(torch.empty(0, dtype=torch.uint8), (BATCH_BYTES,), False)
+    pixels.copy_(torch.arange(BATCH_BYTES, dtype=torch.int64).add_(first).remainder_(251)
+                 .to(torch.uint8))
+    floats = pixels.view(torch.float32)  # another dtype, same segment
+    small = allocate_batch(torch.empty(0, dtype=torch.uint8), (SMALL_BYTES,), False).fill_(first)
+    pool = worker_buffers._pool
+    return {'first': first, 'pixels': pixels, 'rows': [pixels[:1000], pixels[5000:9000]],
+            'floats': floats[100:200], 'small': small, 'plain': torch.arange(5) + first,
+            'created': pool.segments_created if pool else 0}
+
+
+def expected_pixels(first: int) -> torch.Tensor:
+    return torch.arange(BATCH_BYTES, dtype=torch.int64).add_(first).remainder_(251) \
+        .to(torch.uint8)
+
+
+def check(batch: dict) -> None:
+    want = expected_pixels(batch['first'])
+    assert torch.equal(batch['pixels'], want)
+    assert torch.equal(batch['rows'][0], want[:1000])
+    assert torch.equal(batch['rows'][1], want[5000:9000])
+    assert torch.equal(batch['floats'], want.view(torch.float32)[100:200])
+    assert bool((batch['small'] == batch['first']).all())
+    assert torch.equal(batch['plain'], torch.arange(5) + batch['first'])
+
+
+def loader(**options) -> DataLoader:
+    return DataLoader(Indices(), batch_size=2, collate_fn=fill_batch, **options)
+
+
+def test_batches_arrive_intact_and_segments_are_reused():
+    batches = 0
+    created = []
+    for batch in loader(num_workers=1, prefetch_factor=2):
+        check(batch)
+        # the big buffer came through the pool, as one mapping for all its views
+        assert worker_buffers.is_received(batch['pixels'])
+        assert not batch['pixels'].is_shared()
+        storages = {t.untyped_storage().data_ptr()
+                    for t in (batch['pixels'], *batch['rows'], batch['floats'])}
+        assert len(storages) == 1
+        # the small one and the plain tensor through torch's shared memory, as before
+        assert batch['small'].is_shared() and batch['plain'].is_shared()
+        created.append(batch['created'])
+        batches += 1
+    assert batches == 32
+    # When the worker allocates batch k, the batches not yet released are at most k-1 (queued),
+    # k-2 (received) and k-3 (still the loop variable while k-1 is fetched): 4 segments at most,
+    # for 32 batches.
+    assert max(created) <= 4
+
+
+def test_a_batch_the_training_process_keeps_is_never_overwritten():
+    held = list(loader(num_workers=1, prefetch_factor=2))
+    assert len(held) == 32
+    for batch in held:  # every batch, after the worker wrote all the later ones
+        check(batch)
+    pooled = [worker_buffers.is_received(batch['pixels']) for batch in held]
+    # the pool grew to its limit, then the worker fell back to torch's shared memory
+    assert sum(pooled) == worker_buffers.MAX_SEGMENTS
+    assert all(batch['pixels'].is_shared() for batch, p in zip(held, pooled) if not p)
+
+
+def test_releasing_a_batch_lets_the_worker_reuse_its_segment():
+    received = []
+    iterator = iter(loader(num_workers=1, prefetch_factor=2, persistent_workers=True))
+    for _ in range(worker_buffers.MAX_SEGMENTS + 4):
+        received.append(next(iterator))
+    assert received[-1]['created'] == worker_buffers.MAX_SEGMENTS
+    assert not worker_buffers.is_received(received[-1]['pixels'])  # the pool was full
+    fetched = len(received)
+    received.clear()
+    gc.collect()
+    pooled, created = [], []
+    for batch in iterator:  # each batch dropped before the next
+        check(batch)
+        pooled.append(worker_buffers.is_received(batch['pixels']))
+        created.append(batch['created'])
+    # the two batches fetched while the pool was still full came through torch's memory
+    assert len(pooled) == 32 - fetched and all(pooled[2:])
+    assert max(created) == worker_buffers.MAX_SEGMENTS  # reused, not grown
+
+
+def test_views_outlive_the_batch_they_came_with():
+    kept = [batch['rows'][1] for batch in loader(num_workers=2)]
+    for position, row in enumerate(kept):
+        assert torch.equal(row, expected_pixels(2 * position)[5000:9000])
+
+
+def test_outside_a_worker_nothing_is_pooled():
+    assert worker_buffers.allocate(BATCH_BYTES) is None
+    batch = fill_batch([3])
+    check(batch)
+    assert batch['created'] == 0
+    assert not worker_buffers.is_pooled(batch['pixels'].untyped_storage())
+
+
+def test_capacity_rounding():
+    for nbytes in (1 << 20, (1 << 20) + 1, 3_000_001, 25_804_800):
+        capacity = worker_buffers._rounded_capacity(nbytes)
+        assert nbytes <= capacity <= nbytes * 1.125
+        assert capacity % worker_buffers.HEADER_BYTES == 0
+    assert np.all(np.diff([worker_buffers._rounded_capacity(n) for n in range(1 << 20, 1 << 21,
+                                                                              4099)]) >= 0)
