@@ -6,6 +6,7 @@ bad samples, EXIF-rotated photos, the per-sample fall back and its log, and a ba
 the training process in the very buffer it was decoded into."""
 import json
 import os
+import random
 import shutil
 import threading
 import time
@@ -261,6 +262,30 @@ def test_seeded_batch_equals_seeded_samples(toy_coco_root):
     assert _one_storage(samples)
     flips = {s['data_samples'].flip_direction for s in samples}
     assert len(flips) > 1  # the seeds draw different flips: the test sees the seeding
+
+
+def _rng_states():
+    return random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state()
+
+
+def _assert_same_rng_states(got, want):
+    assert got[0] == want[0] and got[1] == want[1] and torch.equal(got[2], want[2])
+
+
+def test_a_seeded_batch_leaves_the_rngs_as_it_found_them(toy_coco_root, bad_root):
+    """As per sample (seeded_rngs): with num_workers=0 they are the training process's own."""
+    from mmdet_ext.datasets import BadSampleError
+    keys = [SeededKey(index, 1000 + 17 * slot) for slot, index in enumerate(INDICES)]
+    random.seed(5)
+    np.random.seed(6)
+    torch.manual_seed(7)
+    before = _rng_states()
+    PerSampleSeedDataset(_dataset(toy_coco_root)).__getitems__(keys)
+    _assert_same_rng_states(_rng_states(), before)
+    with pytest.raises(BadSampleError):  # a batch that raises puts them back too
+        PerSampleSeedDataset(_dataset(bad_root, validate=False)).__getitems__(
+            [SeededKey(0, 11), SeededKey(1, 12)])
+    _assert_same_rng_states(_rng_states(), before)
 
 
 def test_filter_annotations_after_the_loader_is_batched(toy_coco_root):

@@ -43,7 +43,7 @@ from mmengine.logging import print_log
 from ..collate import allocate_batch
 from ..ops import decode_images_into
 from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
-from .sample_seeds import load_seeded, seeded_rngs
+from .sample_seeds import load_seeded, seed_rngs
 
 # Transforms allowed after the loader: they draw nothing at random and do not touch img, or, for
 # PackDetInputs, read it only to make the CHW tensor (a view of the batch buffer).
@@ -131,13 +131,19 @@ class BatchedFetcher:
                 restore()
                 bad.tried, bad.bad_count = counts  # the samples are tried again, not twice
                 self._log_fallback(str(why))
+            finally:
+                if any(seed is not None for seed in seeds):
+                    restore()  # as seeded_rngs leaves them after each sample, whatever happens
         return [load_seeded(self.dataset, index, seed) for index, seed in zip(indices, seeds)]
 
     def _fetch(self, indices: Sequence[int], seeds: list) -> list:
         planned = []
         for index, seed in zip(indices, seeds):
-            with seeded_rngs(seed) if seed is not None else contextlib.nullcontext():
-                planned.append(self._plan_sample(index))
+            if seed is not None:
+                # Not seeded_rngs: saving and restoring the states costs 0.12 ms per sample;
+                # fetch restores them once per batch. Nothing after the plan draws.
+                seed_rngs(seed)
+            planned.append(self._plan_sample(index))
         images = self._decode([index for index, _, _ in planned],
                               [pending for _, _, pending in planned])
         samples = []

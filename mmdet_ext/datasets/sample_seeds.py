@@ -45,16 +45,22 @@ def sample_seed(seed: int, epoch: int, rank: int, batch: int, slot: int) -> int:
     return int(np.random.SeedSequence([seed, epoch, rank, batch, slot]).generate_state(1)[0])
 
 
+def seed_rngs(seed: int) -> None:
+    """Seed python ``random``, numpy's global RNG and torch's CPU RNG (the caller restores them:
+    ``seeded_rngs`` per sample, the batched fetch once per batch)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    # The CPU generator only, the one restored afterwards. torch.manual_seed would also reseed
+    # the CUDA generators (the model's dropout, with num_workers=0) and, before CUDA is
+    # initialised, queue that call with a formatted stack trace: ~1 ms per sample.
+    torch.default_generator.manual_seed(seed)
+
+
 @contextlib.contextmanager
 def seeded_rngs(seed: int) -> Iterator[None]:
     """Seed python ``random``, numpy's global RNG and torch's CPU RNG; restore them afterwards."""
     python, numpy, torch_cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    random.seed(seed)
-    np.random.seed(seed)
-    # The CPU generator only, the one restored below. torch.manual_seed would also reseed the
-    # CUDA generators (the model's dropout, with num_workers=0) and, before CUDA is initialised,
-    # queue that call with a formatted stack trace: ~1 ms per sample.
-    torch.default_generator.manual_seed(seed)
+    seed_rngs(seed)
     try:
         yield
     finally:
