@@ -121,6 +121,12 @@ def test_views_outlive_the_batch_they_came_with():
         assert torch.equal(row, expected_pixels(2 * position)[5000:9000])
 
 
+def test_spawned_workers_send_through_the_pool_too():
+    for batch in loader(num_workers=2, multiprocessing_context='spawn'):
+        check(batch)
+        assert worker_buffers.is_received(batch['pixels'])
+
+
 def test_outside_a_worker_nothing_is_pooled():
     assert worker_buffers.allocate(BATCH_BYTES) is None
     batch = fill_batch([3])
