@@ -1,27 +1,32 @@
-"""Batch buffers a DataLoader worker reuses, instead of new shared memory for every batch.
+"""How a DataLoader worker sends a batch's tensors: images in segments it reuses, small
+tensors inside the pickle; torch's shared memory for the rest.
 
-Why: a worker sends a batch's images to the training process through shared memory. Stock
-PyTorch (``default_collate``, and ``allocate_batch`` before this) creates a new segment per batch:
+Why: torch sends every CPU tensor from a worker through a new shared-memory segment whose file
+descriptor the training process fetches from the worker over a socket. For a batch's images,
 the kernel then allocates, zeroes and maps every page as the worker first writes it, and frees
-them all when the training process lets go. On a padded 8 x 3 x 800 x 1344 batch that costs
-three times the copy itself (benchmarks/results/worker_buffers.md). A worker here keeps a few
-segments and writes each new batch into one the training process has released.
+them all when the training process lets go: on a padded 8 x 3 x 800 x 1344 batch that costs
+three times the copy itself. For a small tensor (boxes, labels, shapes) the segment and the
+socket round trip cost about 0.6 ms of CPU whatever the size, where its bytes inside the pickle
+cost microseconds (benchmarks/results/worker_buffers.md).
 
 How:
 
-* A segment is a ``memfd`` (Linux) of ``HEADER_BYTES`` + capacity, mapped by the worker. Its
-  header holds two counters: how many times the worker sent it (written only by the worker) and
-  how many of those the training process has released (written only there).
-* ``allocate(nbytes)`` in a worker returns a uint8 tensor over a segment that is free -- no tensor
-  in this worker uses it and ``released == sent`` -- or a new one; None when the pool is full of
-  busy segments or the allocation is too small to be worth it (the caller then uses torch's
-  shared memory, as before).
+* ``allocate(nbytes)`` in a worker returns a plain uint8 tensor up to ``INLINE_MAX_BYTES``, a
+  tensor over a pooled segment from ``MIN_POOLED_BYTES``, and None in between or when the pool
+  is full of busy segments (the caller then uses torch's shared memory, as before).
+* A pooled segment is a ``memfd`` (Linux) of ``HEADER_BYTES`` + capacity, mapped by the worker.
+  Its header holds two counters: how many times the worker sent it (written only by the worker)
+  and how many of those the training process has released (written only there). It is free
+  when no tensor in the worker uses it and ``released == sent``.
 * Sending: ``install_sender()`` registers a pickling reducer for ``torch.Tensor`` in the worker.
   A tensor over a pooled segment travels as the segment (its file descriptor, once per batch
   however many views of it the batch holds) plus the view's dtype, offset, shape and strides;
-  ``sent`` goes up by one. Every other tensor goes through torch's own reducer.
-* Receiving: the training process maps the segment and rebuilds the views: plain CPU tensors.
-  When the last of them is gone, ``released`` goes up by one and the mapping is closed.
+  ``sent`` goes up by one. A tensor whose storage is at most ``INLINE_MAX_BYTES`` and not in
+  shared memory travels as that storage's bytes (once per batch too) plus the same view. Every
+  other tensor goes through torch's own reducer.
+* Receiving: the training process rebuilds the views as plain CPU tensors (``is_shared()`` is
+  False), over its mapping of the segment or a copy of the bytes. When the last view of a
+  segment is gone, ``released`` goes up by one and the mapping is closed.
 
 The training process may keep a batch as long as it likes: a segment is never written while it
 holds any view of it, so nothing it received changes under it. A batch that is never received
@@ -44,6 +49,9 @@ import torch.multiprocessing  # noqa: F401
 HEADER_BYTES = 64
 # Below this, a new segment costs little next to sending one: not worth holding memory for.
 MIN_POOLED_BYTES = 1 << 20
+# Up to this, a storage travels inside the pickle: a shared-memory segment and the passing of
+# its file descriptor cost about 0.6 ms of CPU whatever the size; bytes this few, microseconds.
+INLINE_MAX_BYTES = 64 << 10
 # Segments one worker keeps: the batches it may have in flight (prefetch_factor, 2 by default)
 # plus those the training process holds, with room to spare.
 MAX_SEGMENTS = 8
@@ -135,28 +143,39 @@ def _rounded_capacity(nbytes: int) -> int:
 _pool: Optional[_Pool] = None
 
 
+def _own_pool() -> Optional[_Pool]:
+    """This process's pool, if it made one (a forked worker does not use its parent's)."""
+    return _pool if _pool is not None and _pool.pid == os.getpid() else None
+
+
 def _worker_pool() -> Optional[_Pool]:
-    """This worker's pool; None outside a DataLoader worker or where memfd does not exist."""
+    """This worker's pool, made on first use; None where memfd does not exist."""
     global _pool
-    if torch.utils.data.get_worker_info() is None or not hasattr(os, 'memfd_create'):
+    if not hasattr(os, 'memfd_create'):
         return None
-    if _pool is None or _pool.pid != os.getpid():  # not the pool of the process we forked from
+    if _own_pool() is None:
         _pool = _Pool()
-        install_sender()
     return _pool
 
 
 def allocate(nbytes: int) -> Optional[torch.Tensor]:
-    """A uint8 Tensor[nbytes] over a reused shared segment, in a DataLoader worker; None when
-    this is not a worker, the size is under ``MIN_POOLED_BYTES`` or every segment is busy."""
+    """In a DataLoader worker, a uint8 Tensor[nbytes] for data to send to the training process:
+    a plain tensor up to ``INLINE_MAX_BYTES`` (it travels inside the pickle), a reused shared
+    segment from ``MIN_POOLED_BYTES``. None in between, when every segment is busy, and
+    outside a worker: the caller then takes torch's shared memory, or ordinary memory."""
+    if torch.utils.data.get_worker_info() is None:
+        return None
+    install_sender()
+    if nbytes <= INLINE_MAX_BYTES:
+        return torch.empty(nbytes, dtype=torch.uint8)
     pool = _worker_pool() if nbytes >= MIN_POOLED_BYTES else None
     return None if pool is None else pool.allocate(nbytes)
 
 
 def is_pooled(storage: torch.UntypedStorage) -> bool:
     """Whether ``storage`` is a segment of this process's pool (it is sent without a copy)."""
-    return _pool is not None and _pool.pid == os.getpid() and \
-        storage.data_ptr() in _pool.by_address
+    pool = _own_pool()
+    return pool is not None and storage.data_ptr() in pool.by_address
 
 
 _torch_reduce_tensor = None
@@ -171,13 +190,51 @@ def install_sender() -> None:
 
 
 def _reduce_tensor(tensor: torch.Tensor):
-    segment = None
-    if _pool is not None and tensor.device.type == 'cpu' and not tensor.requires_grad:
-        segment = _pool.by_address.get(tensor.untyped_storage().data_ptr())
-    if segment is None or segment.handle is None:
-        return _torch_reduce_tensor(tensor)
-    return _receive_view, (segment.handle, tensor.dtype, tensor.storage_offset(),
-                           tuple(tensor.shape), tuple(tensor.stride()))
+    """A pooled segment's view, or a small storage's (inline): sent by us; else by torch."""
+    if tensor.device.type == 'cpu' and not tensor.requires_grad:
+        storage = tensor.untyped_storage()
+        pool = _own_pool()
+        segment = pool.by_address.get(storage.data_ptr()) if pool is not None else None
+        # A storage in torch's shared memory stays there: someone shared it on purpose.
+        if segment is None and storage.nbytes() <= INLINE_MAX_BYTES and not storage.is_shared():
+            sent = _inline_storage(storage)
+        else:
+            sent = None if segment is None else segment.handle
+        if sent is not None:
+            return _receive_view, (sent, tensor.dtype, tensor.storage_offset(),
+                                   tuple(tensor.shape), tuple(tensor.stride()))
+    return _torch_reduce_tensor(tensor)
+
+
+class _InlineStorage:
+    """A small storage, sent as bytes inside the pickle: once per batch, however many views of
+    it the batch holds (every view's reduce finds this object: pickle's memo sends it once)."""
+
+    def __init__(self, storage: torch.UntypedStorage) -> None:
+        self.storage = storage
+
+    def __reduce__(self):
+        data = torch.empty(0, dtype=torch.uint8).set_(self.storage).numpy().tobytes()
+        return _receive_inline, (data,)
+
+
+# The holder of each storage being pickled, by address: it holds the storage, so the address
+# cannot be reused while the entry exists; the pickler's memo keeps it alive for one batch.
+_inline_holders: 'weakref.WeakValueDictionary[int, _InlineStorage]' = \
+    weakref.WeakValueDictionary()
+
+
+def _inline_storage(storage: torch.UntypedStorage) -> _InlineStorage:
+    holder = _inline_holders.get(storage.data_ptr())
+    if holder is None:
+        holder = _inline_holders[storage.data_ptr()] = _InlineStorage(storage)
+    return holder
+
+
+def _receive_inline(data: bytes) -> torch.Tensor:
+    base = torch.empty(len(data), dtype=torch.uint8)  # aligned for any dtype's view
+    base.numpy()[:] = np.frombuffer(data, np.uint8)
+    return base
 
 
 # Release counts are read-modify-writes, and tensors die on any thread (pin_memory's too).
@@ -217,10 +274,11 @@ def is_received(tensor: torch.Tensor) -> bool:
     return tensor.untyped_storage().data_ptr() in _received
 
 
-def _receive_segment(fd: DupFd, size: int) -> _ReceivedSegment:
-    return _ReceivedSegment(fd.detach(), size)
+def _receive_segment(fd: DupFd, size: int) -> torch.Tensor:
+    return _ReceivedSegment(fd.detach(), size).data
 
 
-def _receive_view(segment: _ReceivedSegment, dtype: torch.dtype, offset: int, shape: tuple,
+def _receive_view(base: torch.Tensor, dtype: torch.dtype, offset: int, shape: tuple,
                   stride: tuple) -> torch.Tensor:
-    return segment.data.view(dtype).as_strided(shape, stride, offset)
+    """A view of a received storage (``base``: its bytes), as the worker's tensor was."""
+    return base.view(dtype).as_strided(shape, stride, offset)

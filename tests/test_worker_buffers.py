@@ -15,7 +15,8 @@ from mmdet_ext import worker_buffers
 from mmdet_ext.collate import allocate_batch
 
 BATCH_BYTES = 3 << 20  # over MIN_POOLED_BYTES: pooled
-SMALL_BYTES = 4 << 10  # under it: torch's shared memory
+SMALL_BYTES = 4 << 10  # under INLINE_MAX_BYTES: inside the pickle
+MIDDLE_BYTES = 256 << 10  # between the two: torch's shared memory
 
 pytestmark = pytest.mark.skipif(not hasattr(__import__('os'), 'memfd_create'),
                                 reason='the pool needs memfd (Linux)')
@@ -36,10 +37,15 @@ def fill_batch(indices: list) -> dict:
     pixels.copy_(torch.arange(BATCH_BYTES, dtype=torch.int64).add_(first).remainder_(251)
                  .to(torch.uint8))
     floats = pixels.view(torch.float32)  # another dtype, same segment
-    small = allocate_batch(torch.empty(0, dtype=torch.uint8), (SMALL_BYTES,), False).fill_(first)
+    small = allocate_batch(torch.empty(0, dtype=torch.float32), (SMALL_BYTES // 4,), False)
+    small.fill_(first)
+    middle = allocate_batch(torch.empty(0, dtype=torch.uint8), (MIDDLE_BYTES,), False)
+    middle.fill_(first)
+    shared = (torch.arange(5) + first).share_memory_()  # shared on purpose: stays torch's
     pool = worker_buffers._pool
     return {'first': first, 'pixels': pixels, 'rows': [pixels[:1000], pixels[5000:9000]],
-            'floats': floats[100:200], 'small': small, 'plain': torch.arange(5) + first,
+            'floats': floats[100:200], 'small': small, 'small_rows': [small[:10], small[10:30]],
+            'middle': middle, 'plain': torch.arange(5) + first, 'shared': shared,
             'created': pool.segments_created if pool else 0}
 
 
@@ -54,8 +60,12 @@ def check(batch: dict) -> None:
     assert torch.equal(batch['rows'][0], want[:1000])
     assert torch.equal(batch['rows'][1], want[5000:9000])
     assert torch.equal(batch['floats'], want.view(torch.float32)[100:200])
+    assert batch['small'].dtype == torch.float32 and batch['small'].shape == (SMALL_BYTES // 4,)
     assert bool((batch['small'] == batch['first']).all())
+    assert torch.equal(batch['small_rows'][1], batch['small'][10:30])
+    assert bool((batch['middle'] == batch['first'] % 256).all())
     assert torch.equal(batch['plain'], torch.arange(5) + batch['first'])
+    assert torch.equal(batch['shared'], torch.arange(5) + batch['first'])
 
 
 def loader(**options) -> DataLoader:
@@ -73,8 +83,12 @@ def test_batches_arrive_intact_and_segments_are_reused():
         storages = {t.untyped_storage().data_ptr()
                     for t in (batch['pixels'], *batch['rows'], batch['floats'])}
         assert len(storages) == 1
-        # the small one and the plain tensor through torch's shared memory, as before
-        assert batch['small'].is_shared() and batch['plain'].is_shared()
+        # small storages inside the pickle, one storage however many views of it
+        assert not batch['small'].is_shared() and not batch['plain'].is_shared()
+        assert batch['small_rows'][0].untyped_storage().data_ptr() == \
+            batch['small'].untyped_storage().data_ptr()
+        # larger ones, and any already in shared memory, through torch's shared memory
+        assert batch['middle'].is_shared() and batch['shared'].is_shared()
         created.append(batch['created'])
         batches += 1
     assert batches == 32
