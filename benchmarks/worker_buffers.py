@@ -1,14 +1,17 @@
-"""What sending a batch of images from DataLoader workers costs, in new shared memory per batch
-(what torch's ``default_collate`` does, and ``allocate_batch`` did before) against segments the
-worker reuses (``worker_buffers``, what ``allocate_batch`` does now).
+"""What sending a batch's tensors from DataLoader workers costs the way torch sends them (a new
+shared-memory segment per tensor storage, its file descriptor fetched over a socket) against
+``worker_buffers`` (what ``allocate_batch`` does now): images in segments the worker reuses,
+small tensors inside the pickle.
 
-Both arms do the same work otherwise: each worker writes a batch's pixels into its buffer (a
-copy from photo-like images held in memory, standing in for the decode), sends it, and the
-training process reads every byte of it once (a copy into a buffer of its own, standing in for
-the copy to the GPU). Two batch layouts: ``fast_collate``'s padded batch of images resized to
-1333x800 (``pixels_on='worker'``, the main job) and the flat buffer of 640x480 images decoded at
-full size (``pixels_on='device'``). 2 workers, pinned to the same cores, steady state; samples/s
-and CPU ms per sample summed over the main process and its workers, best of interleaved rounds.
+Both arms do the same work otherwise: each worker writes a batch into its tensors (a copy from
+data held in memory, standing in for the decode), sends it, and the training process reads
+every byte of the images once (a copy into a buffer of its own, standing in for the copy to the
+GPU). Three batches: ``fast_collate``'s padded batch of images resized to 1333x800
+(``pixels_on='worker'``, the main job), the flat buffer of 640x480 images decoded at full size
+(``pixels_on='device'``), and the small tensors of a batch of 8 COCO samples (two storages of
+boxes and labels, as ``share_instance_tensors`` makes them, and the three shape tensors of a
+deferred batch). 2 workers, pinned to the same cores, steady state; samples/s and CPU ms per
+sample summed over the main process and its workers, best of interleaved rounds.
 
     PYTHONPATH=. python3 benchmarks/worker_buffers.py [--rounds 3]
 """
@@ -27,53 +30,65 @@ from benchmarks import write_report
 from benchmarks.batched_fetch import cpu_seconds, shut_down
 from mmdet_ext.collate import allocate_batch
 
+# name: [(dtype, shape) of each tensor of the batch]; the first one is read by the main process
+# when it is an image batch (uint8).
 LAYOUTS = {
-    'padded batch, 8 x 3 x 800 x 1344 (pixels_on=worker)': (8, 3, 800, 1344),
-    'flat buffer, 8 x 3 x 480 x 640 (pixels_on=device)': (8 * 3 * 480 * 640,),
+    'padded batch, 8 x 3 x 800 x 1344 (pixels_on=worker)': [(torch.uint8, (8, 3, 800, 1344))],
+    'flat buffer, 8 x 3 x 480 x 640 (pixels_on=device)': [(torch.uint8, (8 * 3 * 480 * 640,))],
+    'small tensors: boxes 58 x 4, labels 58, 3 shape tensors 8 x 3': [
+        (torch.float32, (58, 4)), (torch.int64, (58,))] + [(torch.int64, (8, 3))] * 3,
 }
-ARMS = ('new shared memory per batch (torch)', 'reused segments (worker_buffers)')
+ARMS = ('as torch sends them', 'worker_buffers')
 BATCHES_PER_PASS = 64
 
 
-def new_shared(shape: tuple) -> torch.Tensor:
-    """What ``default_collate`` does in a worker: a new shared-memory segment per batch."""
-    storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))
-    return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+def new_shared(dtype: torch.dtype, shape: tuple) -> torch.Tensor:
+    """What ``default_collate`` does in a worker for a batch: a new shared-memory segment."""
+    nbytes = int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
+    storage = torch.UntypedStorage._new_shared(nbytes)
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
 
 class Batches(Dataset):
-    """Batches of ``shape`` filled from a source image block; allocated per ``reuse``."""
+    """Batches of ``layout`` filled from source tensors; allocated per ``ours``."""
 
-    def __init__(self, shape: tuple, reuse: bool) -> None:
-        self.shape, self.reuse = shape, reuse
+    def __init__(self, layout: list, ours: bool) -> None:
+        self.layout, self.ours = layout, ours
         rng = np.random.default_rng(0)
-        self.source = torch.from_numpy(rng.integers(0, 256, int(np.prod(shape)), np.uint8))
+        self.sources = [torch.from_numpy(rng.integers(0, 100, shape).astype(
+            torch.empty(0, dtype=dtype).numpy().dtype)) for dtype, shape in layout]
 
     def __len__(self) -> int:
         return BATCHES_PER_PASS * 8
 
     def __getitems__(self, indices: list) -> dict:
-        if self.reuse:
-            batch = allocate_batch(self.source, self.shape, False)
-        else:
-            batch = new_shared(self.shape)
-        batch.view(-1).copy_(self.source)
-        return {'inputs': batch, 'samples': len(indices)}
+        tensors = []
+        for source in self.sources:
+            if self.ours:
+                tensor = allocate_batch(source, tuple(source.shape), False)
+            elif source.numel() >= 1 << 20:  # images: what default_collate does
+                tensor = new_shared(source.dtype, tuple(source.shape))
+            else:  # small tensors: made in the worker, sent by torch's reducer
+                tensor = torch.empty_like(source)
+            tensors.append(tensor.copy_(source))
+        return {'tensors': tensors, 'samples': len(indices)}
 
 
-def run(shape: tuple, reuse: bool, workers: int, passes: int) -> tuple[float, float]:
-    loader = DataLoader(Batches(shape, reuse), batch_size=8, num_workers=workers,
+def run(layout: list, ours: bool, workers: int, passes: int) -> tuple[float, float]:
+    loader = DataLoader(Batches(layout, ours), batch_size=8, num_workers=workers,
                         persistent_workers=True, collate_fn=lambda batch: batch)
-    destination = torch.empty(shape, dtype=torch.uint8)
+    first = layout[0]
+    destination = torch.empty(first[1], dtype=first[0]) if first[0] == torch.uint8 else None
     for batch in loader:  # warm-up: workers started, pools filled
-        destination.copy_(batch['inputs'])
+        pass
     me = psutil.Process()
     processes = [me] + me.children(recursive=True)
     cpu_before, start = cpu_seconds(processes), time.perf_counter()
     samples = 0
     for _ in range(passes):
         for batch in loader:
-            destination.copy_(batch['inputs'])
+            if destination is not None:
+                destination.copy_(batch['tensors'][0])
             samples += batch['samples']
     elapsed, cpu = time.perf_counter() - start, cpu_seconds(processes) - cpu_before
     shut_down(loader)
@@ -93,14 +108,14 @@ def main() -> None:
     load_before = os.getloadavg()
     best = {}
     for _ in range(args.rounds):
-        for layout, shape in LAYOUTS.items():
+        for layout, tensors in LAYOUTS.items():
             for arm in ARMS:
-                rate, cpu = run(shape, arm == ARMS[1], args.workers, args.passes)
+                rate, cpu = run(tensors, arm == ARMS[1], args.workers, args.passes)
                 if rate > best.get((layout, arm), (0.0, 0.0))[0]:
                     best[layout, arm] = (rate, cpu)
     load_after = os.getloadavg()
     lines = [
-        '# Sending batches of images from DataLoader workers: new shared memory or reused',
+        '# Sending a batch from DataLoader workers: as torch does, or through worker_buffers',
         '',
         f'Command: `PYTHONPATH=. python3 benchmarks/worker_buffers.py --workers {args.workers} '
         f'--cores {args.cores} --passes {args.passes} --rounds {args.rounds}`',
@@ -111,7 +126,9 @@ def main() -> None:
         f'{", ".join(f"{v:.2f}" for v in load_after)}. {args.workers} persistent workers, '
         f'{BATCHES_PER_PASS} batches of 8 per pass, {args.passes} passes after a warm-up '
         f'pass, best of {args.rounds} interleaved rounds. Each worker copies the batch into its '
-        'buffer; the training process copies it out once.',
+        'tensors; the training process copies the images out once. As torch sends them: a new '
+        'shared-memory segment per storage (images allocated as default_collate does). '
+        'worker_buffers: images in reused segments, small tensors inside the pickle.',
         '',
         '| batch | ' + ' | '.join(ARMS) + ' | CPU saved per sample |',
         '|---|---:|---:|---:|',
