@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from mmdet_ext import (FastDetDataPreprocessor, LazyCocoDataset, LoadLazyAnnotations,
                        NativeLoadResizeFlip, fast_collate)
+from mmdet_ext import worker_buffers
 from mmdet_ext.engine import DevicePrefetcher, RecordingStreams
 from mmdet_ext.transforms import DEFERRED_META_KEYS
 from helpers.build import needs_native_decoding
@@ -140,7 +141,8 @@ def test_dataloader_workers_give_the_in_process_batch(toy_coco_root):
     in_process = fast_collate([dataset[i] for i in range(4)])
     for key in ('image_shapes', 'out_shapes'):
         assert torch.equal(batch['pending_warp'][key], in_process['pending_warp'][key])
-    assert batch['inputs'].is_shared()
+    # sent as it is: in torch's shared memory, or in a worker's reused segment
+    assert batch['inputs'].is_shared() or worker_buffers.is_received(batch['inputs'])
     preprocessor = FastDetDataPreprocessor(**PREPROCESSOR)
     assert preprocessor(batch)['inputs'].shape[0] == 4
 

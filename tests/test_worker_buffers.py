@@ -14,9 +14,8 @@ from torch.utils.data import DataLoader, Dataset
 from mmdet_ext import worker_buffers
 from mmdet_ext.collate import allocate_batch
 
-BATCH_BYTES = 3 << 20  # over MIN_POOLED_BYTES: pooled
-SMALL_BYTES = 4 << 10  # under INLINE_MAX_BYTES: inside the pickle
-MIDDLE_BYTES = 256 << 10  # between the two: torch's shared memory
+BATCH_BYTES = 3 << 20  # over INLINE_MAX_BYTES: pooled
+SMALL_BYTES = 4 << 10  # under it: inside the pickle
 
 pytestmark = pytest.mark.skipif(not hasattr(__import__('os'), 'memfd_create'),
                                 reason='the pool needs memfd (Linux)')
@@ -39,8 +38,8 @@ def fill_batch(indices: list) -> dict:
     floats = pixels.view(torch.float32)  # another dtype, same segment
     small = allocate_batch(torch.empty(0, dtype=torch.float32), (SMALL_BYTES // 4,), False)
     small.fill_(first)
-    middle = allocate_batch(torch.empty(0, dtype=torch.uint8), (MIDDLE_BYTES,), False)
-    middle.fill_(first)
+    # not from allocate_batch, too large to go inside the pickle: torch's shared memory
+    middle = torch.full((worker_buffers.INLINE_MAX_BYTES + 1,), first, dtype=torch.uint8)
     shared = (torch.arange(5) + first).share_memory_()  # shared on purpose: stays torch's
     pool = worker_buffers._pool
     return {'first': first, 'pixels': pixels, 'rows': [pixels[:1000], pixels[5000:9000]],

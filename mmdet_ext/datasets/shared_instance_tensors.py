@@ -1,13 +1,14 @@
-"""A batch's small annotation tensors as views of one shared storage per dtype.
+"""A batch's small annotation tensors as views of one storage per dtype.
 
-Why: a DataLoader worker sends every tensor of a batch through shared memory, one segment per
-storage: creating, sending and mapping one costs about 0.2 ms of CPU between the two processes,
-whatever its size. A detection sample carries four small ones (gt and ignored boxes and labels),
-which cost more CPU than the same values as views of two storages per batch
-(benchmarks/results/shared_instance_tensors.md). ``LazyCocoDataset``'s batch fetch
-(``__getitems__``, batched pipeline or not) therefore lays the tensors of its samples' instances
-out in one storage per dtype: the model receives the same values, dtypes and shapes, each
-sample's tensors a contiguous view of their own.
+Why: torch sends every tensor of a batch from a DataLoader worker through shared memory, one
+segment per storage: creating, sending and mapping one costs about 0.2 ms of CPU between the two
+processes, whatever its size. A detection sample carries four small ones (gt and ignored boxes
+and labels), which cost more CPU than the same values as views of two storages per batch
+(benchmarks/results/shared_instance_tensors.md); ``allocate_batch`` makes those two storages
+the way ``worker_buffers`` sends cheapest (small ones inside the pickle). ``LazyCocoDataset``'s
+batch fetch (``__getitems__``, batched pipeline or not) therefore lays the tensors of its
+samples' instances out in one storage per dtype: the model receives the same values, dtypes and
+shapes, each sample's tensors a contiguous view of their own.
 """
 from typing import Any, Iterator
 
@@ -21,8 +22,8 @@ from ..collate import allocate_batch
 def share_instance_tensors(samples: list) -> None:
     """Re-seat every plain CPU tensor of the samples' ``InstanceData`` fields (``gt_instances``,
     ``ignored_instances``, ...; boxes by their ``tensor``) as views of one storage per dtype,
-    allocated in shared memory (``allocate_batch``: this runs in a DataLoader worker). The
-    samples must be the caller's own: they are changed in place."""
+    allocated by ``allocate_batch`` (this runs in a DataLoader worker). The samples must be the
+    caller's own: they are changed in place."""
     slots = list(_instance_tensors(samples))
     by_dtype: dict[torch.dtype, list] = {}
     for slot in slots:
