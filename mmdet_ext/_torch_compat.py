@@ -11,6 +11,8 @@ function, chosen once at import from what the running torch has; callers never t
   allowlist through :mod:`mmdet_ext.allowlist_pickle`. Never by turning safety off.
 - :func:`unsafe_globals_in_checkpoint`: ``torch.serialization.get_unsafe_globals_in_checkpoint``
   (torch >= 2.5), or None where torch cannot list them.
+- :func:`has_dimension_names`: whether a tensor has named dimensions (``Tensor.names``: torch
+  2.1 has the prototype, 2.13 has no named tensors at all).
 """
 import logging
 from collections.abc import Callable, Sequence
@@ -91,3 +93,11 @@ def unsafe_globals_in_checkpoint(filename: str) -> Optional[list[str]]:
     torch cannot list them (torch < 2.5)."""
     lister = getattr(torch.serialization, 'get_unsafe_globals_in_checkpoint', None)
     return None if lister is None else lister(filename)
+
+
+_NAMED_TENSORS = hasattr(torch.Tensor, 'names')
+
+
+def has_dimension_names(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` names any of its dimensions (never, where torch has no named tensors)."""
+    return _NAMED_TENSORS and any(name is not None for name in tensor.names)

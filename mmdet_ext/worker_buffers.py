@@ -45,6 +45,8 @@ import torch
 # Registers torch's reducers with ForkingPickler: install_sender() wraps the one for tensors.
 import torch.multiprocessing  # noqa: F401
 
+from ._torch_compat import has_dimension_names
+
 # Two int64 counters (sent, released), padded so the data is 64-byte aligned.
 HEADER_BYTES = 64
 # Up to this, a storage travels inside the pickle; above it, in a pooled segment. A shared-memory
@@ -192,7 +194,7 @@ def install_sender() -> None:
 
 def _reduce_tensor(tensor: torch.Tensor):
     """A pooled segment's view, or a small storage's (inline): sent by us; else by torch."""
-    if tensor.device.type == 'cpu' and not tensor.requires_grad:
+    if _is_plain(tensor):
         storage = tensor.untyped_storage()
         pool = _own_pool()
         segment = pool.by_address.get(storage.data_ptr()) if pool is not None else None
@@ -205,6 +207,14 @@ def _reduce_tensor(tensor: torch.Tensor):
             return _receive_view, (sent, tensor.dtype, tensor.storage_offset(),
                                    tuple(tensor.shape), tuple(tensor.stride()))
     return _torch_reduce_tensor(tensor)
+
+
+def _is_plain(tensor: torch.Tensor) -> bool:
+    """A dense CPU tensor that a storage, a dtype and a view describe completely (no autograd,
+    names, quantization, or conjugate and negative bits): what ``_receive_view`` rebuilds."""
+    return tensor.device.type == 'cpu' and tensor.layout == torch.strided and \
+        not tensor.requires_grad and not tensor.is_quantized and not tensor.is_nested and \
+        not tensor.is_conj() and not tensor.is_neg() and not has_dimension_names(tensor)
 
 
 class _InlineStorage:

@@ -41,10 +41,12 @@ def fill_batch(indices: list) -> dict:
     # not from allocate_batch, too large to go inside the pickle: torch's shared memory
     middle = torch.full((worker_buffers.INLINE_MAX_BYTES + 1,), first, dtype=torch.uint8)
     shared = (torch.arange(5) + first).share_memory_()  # shared on purpose: stays torch's
+    conjugated = torch.tensor([1 + 2j]).conj()  # a view whose storage alone does not tell it
     pool = worker_buffers._pool
     return {'first': first, 'pixels': pixels, 'rows': [pixels[:1000], pixels[5000:9000]],
             'floats': floats[100:200], 'small': small, 'small_rows': [small[:10], small[10:30]],
             'middle': middle, 'plain': torch.arange(5) + first, 'shared': shared,
+            'conjugated': conjugated,
             'created': pool.segments_created if pool else 0}
 
 
@@ -88,6 +90,7 @@ def test_batches_arrive_intact_and_segments_are_reused():
             batch['small'].untyped_storage().data_ptr()
         # larger ones, and any already in shared memory, through torch's shared memory
         assert batch['middle'].is_shared() and batch['shared'].is_shared()
+        assert batch['conjugated'].is_shared()  # torch's own way, whatever torch makes of it
         created.append(batch['created'])
         batches += 1
     assert batches == 32
