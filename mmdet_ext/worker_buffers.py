@@ -292,4 +292,7 @@ def _receive_segment(fd: DupFd, size: int) -> torch.Tensor:
 def _receive_view(base: torch.Tensor, dtype: torch.dtype, offset: int, shape: tuple,
                   stride: tuple) -> torch.Tensor:
     """A view of a received storage (``base``: its bytes), as the worker's tensor was."""
-    return base.view(dtype).as_strided(shape, stride, offset)
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    # A storage of an odd size seen through a wider dtype: its tail is no element of the view.
+    whole = base[:base.numel() - base.numel() % itemsize]
+    return whole.view(dtype).as_strided(shape, stride, offset)

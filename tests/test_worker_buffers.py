@@ -42,11 +42,12 @@ def fill_batch(indices: list) -> dict:
     middle = torch.full((worker_buffers.INLINE_MAX_BYTES + 1,), first, dtype=torch.uint8)
     shared = (torch.arange(5) + first).share_memory_()  # shared on purpose: stays torch's
     conjugated = torch.tensor([1 + 2j]).conj()  # a view whose storage alone does not tell it
+    odd = torch.arange(7, dtype=torch.uint8)[:4].view(torch.int32)  # 7 bytes seen as int32
     pool = worker_buffers._pool
     return {'first': first, 'pixels': pixels, 'rows': [pixels[:1000], pixels[5000:9000]],
             'floats': floats[100:200], 'small': small, 'small_rows': [small[:10], small[10:30]],
             'middle': middle, 'plain': torch.arange(5) + first, 'shared': shared,
-            'conjugated': conjugated,
+            'conjugated': conjugated, 'odd': odd,
             'created': pool.segments_created if pool else 0}
 
 
@@ -67,6 +68,7 @@ def check(batch: dict) -> None:
     assert bool((batch['middle'] == batch['first'] % 256).all())
     assert torch.equal(batch['plain'], torch.arange(5) + batch['first'])
     assert torch.equal(batch['shared'], torch.arange(5) + batch['first'])
+    assert torch.equal(batch['odd'], torch.arange(4, dtype=torch.uint8).view(torch.int32))
 
 
 def loader(**options) -> DataLoader:
