@@ -91,10 +91,11 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
 
 
 def allocate_batch(first: torch.Tensor, shape: tuple, pin_memory: bool) -> torch.Tensor:
-    """An uninitialised tensor of ``first``'s dtype: in shared memory in a DataLoader worker, as
-    default_collate does (else sending it to the main process copies it into shared memory once
-    more) and in a segment the worker reuses where it can (``worker_buffers``); page-locked in
-    the main process when asked and CUDA is available."""
+    """An uninitialised tensor of ``first``'s dtype. In a DataLoader worker, memory it sends
+    without another copy, as default_collate's shared memory is (``worker_buffers``: small ones
+    travel inside the pickle, larger ones in segments the worker reuses, torch's shared memory
+    where neither can be used); page-locked in the main process when asked and CUDA is
+    available."""
     if torch.utils.data.get_worker_info() is not None:
         nbytes = first.element_size() * int(np.prod(shape))
         pooled = worker_buffers.allocate(nbytes)
