@@ -218,7 +218,7 @@ def main() -> None:
                   f"({result['samples'] / result['seconds']:.0f} samples/s)", flush=True)
             results.append(result)
 
-    command = ' '.join(['PYTHONPATH=. nice -n 10 python benchmarks/soak_dataloader.py',
+    command = ' '.join(['PYTHONPATH=. python3 benchmarks/soak_dataloader.py',
                         *sys.argv[1:]])
     _write_report(results, args, command, Path(args.out))
 
