@@ -198,11 +198,12 @@ def _reduce_tensor(tensor: torch.Tensor):
         storage = tensor.untyped_storage()
         pool = _own_pool()
         segment = pool.by_address.get(storage.data_ptr()) if pool is not None else None
-        # A storage in torch's shared memory stays there: someone shared it on purpose.
-        if segment is None and storage.nbytes() <= INLINE_MAX_BYTES and not storage.is_shared():
+        if segment is not None:
+            sent = segment.handle
+        elif storage.nbytes() <= INLINE_MAX_BYTES and not storage.is_shared():
             sent = _inline_storage(storage)
-        else:
-            sent = None if segment is None else segment.handle
+        else:  # large, or in torch's shared memory: someone shared it on purpose
+            sent = None
         if sent is not None:
             return _receive_view, (sent, tensor.dtype, tensor.storage_offset(),
                                    tuple(tensor.shape), tuple(tensor.stride()))
@@ -252,22 +253,6 @@ def _receive_inline(data: bytes) -> torch.Tensor:
 _release_lock = threading.Lock()
 
 
-class _ReceivedSegment:
-    """The training process's mapping of a segment, as bytes; released when its views die."""
-
-    def __init__(self, fd: int, size: int) -> None:
-        try:
-            self.map = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        counters = np.frombuffer(self.map, np.int64, count=2)
-        data = np.frombuffer(self.map, np.uint8, offset=HEADER_BYTES)
-        address = data.ctypes.data
-        _received.add(address)
-        weakref.finalize(data, _release, counters, address)
-        self.data = torch.from_numpy(data)
-
-
 # Where the segments this process received and still holds lie (is_received).
 _received: set[int] = set()
 
@@ -286,7 +271,18 @@ def is_received(tensor: torch.Tensor) -> bool:
 
 
 def _receive_segment(fd: DupFd, size: int) -> torch.Tensor:
-    return _ReceivedSegment(fd.detach(), size).data
+    """The training process's mapping of a segment, as bytes; released when its views die."""
+    descriptor = fd.detach()
+    try:
+        mapping = mmap.mmap(descriptor, size)
+    finally:
+        os.close(descriptor)
+    counters = np.frombuffer(mapping, np.int64, count=2)
+    data = np.frombuffer(mapping, np.uint8, offset=HEADER_BYTES)
+    address = data.ctypes.data
+    _received.add(address)
+    weakref.finalize(data, _release, counters, address)
+    return torch.from_numpy(data)
 
 
 def _receive_view(base: torch.Tensor, dtype: torch.dtype, offset: int, shape: tuple,

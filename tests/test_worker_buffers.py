@@ -72,7 +72,8 @@ def check(batch: dict) -> None:
 
 
 def loader(**options) -> DataLoader:
-    return DataLoader(Indices(), batch_size=2, collate_fn=fill_batch, **options)
+    # A worker that hangs fails the test after 300 s instead of holding CI until its limit.
+    return DataLoader(Indices(), batch_size=2, collate_fn=fill_batch, timeout=300, **options)
 
 
 def test_batches_arrive_intact_and_segments_are_reused():
