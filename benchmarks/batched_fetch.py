@@ -151,11 +151,11 @@ class DecodeOnThreads:
     """Ceiling, threads: read + decode_images_into per batch into a buffer allocated once."""
 
     def __init__(self, paths: list[str], batch_size: int, threads: int,
-                 resize_to: tuple = None) -> None:
+                 resize_to: tuple = None, reduced_decode: bool = True) -> None:
         self.paths, self.batch_size, self.threads = paths, batch_size, threads
         # (w, h) scale, keep_ratio: the loader's own target and reduced-decode arithmetic
-        self.loader = NativeLoadResizeFlip(scale=resize_to, keep_ratio=True) if resize_to \
-            else None
+        self.loader = NativeLoadResizeFlip(scale=resize_to, keep_ratio=True,
+                                           reduced_decode=reduced_decode) if resize_to else None
         self.buffer = torch.empty(0, dtype=torch.uint8)
 
     def __iter__(self):

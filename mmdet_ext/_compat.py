@@ -195,6 +195,17 @@ def choose_flip_direction(flip: 'RandomFlip') -> Optional[str]:
     return flip._choose_direction()
 
 
+def draw_resize_scale(step: Any) -> Optional[int]:
+    """Draw the scale of a ``RandomResize`` or ``RandomChoiceResize`` as its ``transform`` does
+    (``_random_scale`` / ``_random_select``, same RNG use) and set it on the ``Resize`` it holds;
+    returns ``scale_idx`` for a ``RandomChoiceResize``, else None."""
+    if hasattr(step, '_random_select'):
+        step.resize.scale, scale_idx = step._random_select()
+        return scale_idx
+    step.resize.scale = step._random_scale()
+    return None
+
+
 def resize_annotations(resize: 'Resize', results: dict) -> None:
     """Boxes, masks, seg map of ``results`` resized to ``scale_factor`` (``Resize._resize_*``)."""
     resize._resize_bboxes(results)

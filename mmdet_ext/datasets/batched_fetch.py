@@ -24,8 +24,10 @@ after the loader returning None or raising -- puts the random states and the bad
 back and loads the batch again through the per-sample path, which handles it as it always has;
 the first such batch of each process is logged.
 
-Recognised pipelines: ``NativeLoadResizeFlip`` anywhere (either ``pixels_on``), any transforms
-before it, and after it only transforms in ``AFTER_LOADER`` (deterministic, and none but
+Recognised pipelines: ``NativeLoadResizeFlip`` anywhere (either ``pixels_on``), or mmdet's own
+loading steps (``NativeLoadImageFromFile``, annotation loaders, ``Resize``, ``RandomResize`` or
+``RandomChoiceResize``, optionally ``RandomFlip``: ``fused_mmdet_loading.py``), any transforms
+before the loader, and after it only transforms in ``AFTER_LOADER`` (deterministic, and none but
 ``PackDetInputs`` reads ``img``). Any other pipeline keeps the per-sample path; the dataset logs
 once which transform makes it fall back (``batch_plan``).
 """
@@ -33,45 +35,56 @@ import contextlib
 import logging
 import os
 import random
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
-from mmdet.datasets.transforms import FilterAnnotations, PackDetInputs
+from mmdet.datasets.transforms import FilterAnnotations, LoadAnnotations, PackDetInputs
 from mmengine.logging import print_log
 
 from ..collate import allocate_batch
 from ..ops import decode_images_into
 from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
+from ..transforms.fused_mmdet_loading import MmdetLoadingPlan, fuse_mmdet_loading
 from .sample_seeds import load_seeded, seed_rngs
 
 # Transforms allowed after the loader: they draw nothing at random and do not touch img, or, for
-# PackDetInputs, read it only to make the CHW tensor (a view of the batch buffer).
-AFTER_LOADER = (FilterAnnotations, PackDetInputs)
+# PackDetInputs, read it only to make the CHW tensor (a view of the batch buffer). Annotation
+# loaders there (a test pipeline's) read only the loader's ori_shape.
+AFTER_LOADER = (LoadAnnotations, FilterAnnotations, PackDetInputs)
 
 
 class BatchPlan(NamedTuple):
-    """A recognised pipeline split at its loader."""
+    """A recognised pipeline split at its loader (transforms[start:end] in the pipeline)."""
     before: list
-    loader: NativeLoadResizeFlip
+    loader: Union[NativeLoadResizeFlip, MmdetLoadingPlan]
     after: list
 
 
 def batch_plan(transforms: Sequence) -> tuple[Optional[BatchPlan], str]:
-    """(the split, '') when ``transforms`` can be fetched in batches, else (None, why not)."""
+    """(the split, '') when ``transforms`` can be fetched in batches, else (None, why not).
+
+    The loader is a ``NativeLoadResizeFlip``, or mmdet's own loading steps planned as one
+    (``fuse_mmdet_loading``: ``NativeLoadImageFromFile``, annotation loaders, a resize, a flip).
+    """
     loaders = [i for i, t in enumerate(transforms) if isinstance(t, NativeLoadResizeFlip)]
-    if len(loaders) != 1:
-        return None, ('the pipeline has no NativeLoadResizeFlip' if not loaders
-                      else 'the pipeline has more than one NativeLoadResizeFlip')
-    at = loaders[0]
-    loader = transforms[at]
-    for transform in transforms[at + 1:]:
+    if len(loaders) > 1:
+        return None, 'the pipeline has more than one NativeLoadResizeFlip'
+    if loaders:
+        start, end, loader = loaders[0], loaders[0] + 1, transforms[loaders[0]]
+    else:
+        fused, why = fuse_mmdet_loading(transforms)
+        if fused is None:
+            return None, why
+        start, end, loader = fused
+    last_step = type(transforms[end - 1]).__name__
+    for transform in transforms[end:]:
         if not isinstance(transform, AFTER_LOADER):
-            return None, (f'{type(transform).__name__} comes after NativeLoadResizeFlip (only '
+            return None, (f'{type(transform).__name__} comes after {last_step} (only '
                           f'{", ".join(t.__name__ for t in AFTER_LOADER)} may)')
     if not isinstance(transforms[-1], PackDetInputs):
         return None, 'the pipeline does not end with PackDetInputs'
-    return BatchPlan(list(transforms[:at]), loader, list(transforms[at + 1:])), ''
+    return BatchPlan(list(transforms[:start]), loader, list(transforms[end:])), ''
 
 
 def default_decode_threads() -> int:

@@ -126,6 +126,17 @@ class NativeLoadResizeFlip(BaseTransform):
         self.reduced_decode = reduced_decode
         self.pixels_on = pixels_on
 
+    @classmethod
+    def from_transforms(cls, resize: Resize, flip: Optional[RandomFlip],
+                        **loader_args) -> 'NativeLoadResizeFlip':
+        """A loader whose resize and flip are these mmdet transform objects themselves, not
+        copies: a ``RandomResize`` sets its ``Resize``'s scale before each sample, and the
+        loader resizes to it. ``loader_args``: the other arguments (``color_type``, ...)."""
+        loader = cls(scale=0, interpolation=resize.interpolation, **loader_args)
+        loader.resize = resize
+        loader.flip = flip
+        return loader
+
     def _target_size(self, width: int, height: int) -> tuple[tuple, tuple[int, int]]:
         """``results['scale']`` and the output (w, h), computed as mmdet's Resize does."""
         if self.resize.scale:
@@ -197,6 +208,17 @@ class NativeLoadResizeFlip(BaseTransform):
         decoded = None if image is None else warp_image(
             image, (out_h, out_w), self.resize.interpolation, direction)
         return PendingDecode(filename, encoded, denom, shape, decoded, (out_h, out_w, direction))
+
+    @autocast_box_type()
+    def plan_geometry(self, results: dict) -> tuple[int, int, Optional[str]]:
+        """``plan`` for an image of ``results['ori_shape']`` whose file was read elsewhere:
+        every key but ``img`` (the resize to ``self.resize``'s scale, the flip drawn here, the
+        annotations resized and flipped). Returns the warp its pixels need,
+        (out_h, out_w, flip direction)."""
+        height, width = results['ori_shape']
+        scale, (out_w, out_h) = self._target_size(width, height)
+        direction = self._apply(results, None, (width, height), scale, (out_w, out_h))
+        return out_h, out_w, direction
 
     def finish(self, results: dict, image: torch.Tensor) -> dict:
         """``results`` of ``plan`` with its image (Tensor[C, H, W] uint8 of the shape ``plan``

@@ -1,0 +1,151 @@
+"""mmdet's own loading steps -- image, annotations, resize, flip -- planned as one loader, so that
+the batched fetch decodes, resizes and flips their batches in one native call.
+
+Why: a config adopted from mmdet (``adopt.py``) keeps mmdet's train pipeline:
+``NativeLoadImageFromFile``, ``LoadLazyAnnotations``, ``Resize`` (or ``RandomResize``,
+``RandomChoiceResize``: multi-scale training), ``RandomFlip``, ``PackDetInputs``. The batched
+fetch needs a loader with ``plan``/``finish`` (``NativeLoadResizeFlip``'s interface);
+``fuse_mmdet_loading`` finds that sequence in a pipeline and gives it ``MmdetLoadingPlan``, made of
+the pipeline's own transform objects: their arguments, their random draws in their order, mmdet's
+own annotation maths, their error messages. The pixels are decoded at full size (the per-sample
+path does not reduce the decode) and resized and flipped by ``warp_image``'s code, which gives
+mmcv's ``imresize`` + ``imflip`` bit for bit: a batch is exactly what the per-sample path makes.
+"""
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+from mmcv.transforms import RandomChoiceResize, RandomResize
+from mmdet.datasets.transforms import LoadAnnotations, RandomFlip, Resize
+
+from .._compat import draw_resize_scale
+from ..ops import INTERPOLATIONS, warp_image
+from .fused_loading import (PLANNED_CHANNELS, NativeLoadResizeFlip, PendingDecode,
+                            _declared_size_differs)
+from .lazy_annotations import LoadLazyAnnotations
+from .loading import ImageLoadError, NativeLoadImageFromFile, decode_file_bytes, read_image_bytes
+
+# Exact types, not subclasses: a subclass may change what the step does to the image.
+ANNOTATION_LOADERS = (LoadAnnotations, LoadLazyAnnotations)
+RANDOM_RESIZES = (RandomResize, RandomChoiceResize)
+ResizeStep = Union[Resize, RandomResize, RandomChoiceResize]
+
+
+class MmdetLoadingPlan:
+    """``NativeLoadImageFromFile``, annotation loaders, a resize step and an optional
+    ``RandomFlip``, as ``plan`` (everything but the pixels) and ``finish`` (the pixels).
+
+    ``plan`` does what the steps do, in their order: read the file and its header (the image
+    loader's keys and errors), load the annotations, draw the scale (a random resize step) and the
+    flip, resize and flip the annotations; ``finish`` takes the pixels decoded at full size,
+    resized and flipped as ``PendingDecode.warp`` says.
+    """
+
+    pixels_on = 'worker'
+
+    def __init__(self, image_loader: NativeLoadImageFromFile,
+                 annotation_loaders: Sequence[LoadAnnotations], resize_step: ResizeStep,
+                 flip: Optional[RandomFlip]) -> None:
+        self.image_loader = image_loader
+        self.annotation_loaders = list(annotation_loaders)
+        self.resize_step = resize_step
+        resize = resize_step.resize if isinstance(resize_step, RANDOM_RESIZES) else resize_step
+        self.geometry = NativeLoadResizeFlip.from_transforms(
+            resize, flip, color_type=image_loader.color_type,
+            backend_args=image_loader.backend_args, ignore_empty=image_loader.ignore_empty,
+            max_pixels=image_loader.max_pixels, reduced_decode=False)
+        self.color_type = image_loader.color_type
+        self.max_pixels = image_loader.max_pixels
+        self.resize = resize
+
+    def plan(self, results: dict) -> Optional[PendingDecode]:
+        """What the steps do to ``results`` but the pixels; None where one of them would return
+        None. A file whose size its header does not tell, or whose json size is not its
+        header's (an EXIF rotation), is decoded here, as the image loader decodes it."""
+        loader = self.image_loader
+        filename = results['img_path']
+        decoded = None
+        try:
+            encoded, header = read_image_bytes(filename, loader.backend_args, loader.max_pixels)
+            channels = PLANNED_CHANNELS.get(loader.color_type)
+            if header is None or channels is None or _declared_size_differs(header, results):
+                decoded = decode_file_bytes(encoded, filename, loader.color_type,
+                                            max_pixels=loader.max_pixels)
+                encoded = None
+                height, width, channels = decoded.shape
+            else:
+                height, width = header.height, header.width
+        except ImageLoadError as err:
+            if loader.ignore_empty:
+                return None
+            raise type(err)(f'NativeLoadImageFromFile: {err}') from err  # keeps the subclass
+        # The image loader's keys; a zero-stride stand-in for img (nothing before the resize
+        # reads its pixels).
+        results['img'] = np.broadcast_to(np.zeros((), np.uint8), (height, width))
+        results['img_shape'] = (height, width)
+        results['ori_shape'] = (height, width)
+        for transform in self.annotation_loaders:
+            results = transform(results)
+            if results is None:
+                return None
+        scale_idx = None
+        if isinstance(self.resize_step, RANDOM_RESIZES):
+            scale_idx = draw_resize_scale(self.resize_step)
+        warp = self.geometry.plan_geometry(results)
+        if scale_idx is not None:
+            results['scale_idx'] = scale_idx
+        if decoded is not None:
+            decoded = warp_image(decoded, warp[:2], self.resize.interpolation, warp[2])
+        return PendingDecode(filename, encoded, 1, (channels, height, width), decoded, warp)
+
+    def finish(self, results: dict, image: torch.Tensor) -> dict:
+        """``results`` of ``plan`` with its pixels (Tensor[C, H, W] uint8, already warped): as
+        the steps leave them."""
+        return self.geometry.finish(results, image)
+
+
+def _resize_of(step: object) -> Optional[Resize]:
+    """The mmdet ``Resize`` a resize step resizes with, or None for any other transform."""
+    if type(step) is Resize:
+        return step
+    if type(step) in RANDOM_RESIZES and type(step.resize) is Resize:
+        return step.resize
+    return None
+
+
+def fuse_mmdet_loading(transforms: Sequence) -> tuple[Optional[tuple[int, int, MmdetLoadingPlan]],
+                                                      str]:
+    """((start, end, loader), '') when ``transforms[start:end]`` is ``NativeLoadImageFromFile``,
+    any annotation loaders, a ``Resize``/``RandomResize``/``RandomChoiceResize`` and an optional
+    ``RandomFlip`` that ``MmdetLoadingPlan`` makes exactly; else (None, why not)."""
+    starts = [i for i, t in enumerate(transforms) if type(t) is NativeLoadImageFromFile]
+    if len(starts) != 1:
+        return None, ('the pipeline has no NativeLoadResizeFlip or NativeLoadImageFromFile'
+                      if not starts else 'the pipeline has more than one NativeLoadImageFromFile')
+    start = starts[0]
+    if any(type(t) in ANNOTATION_LOADERS for t in transforms[:start]):
+        # Their masks would take the json's size, not the decoded image's.
+        return None, 'annotations are loaded before NativeLoadImageFromFile'
+    image_loader = transforms[start]
+    if image_loader.to_float32:
+        return None, 'NativeLoadImageFromFile has to_float32=True (the resize then works on floats)'
+    end = start + 1
+    while end < len(transforms) and type(transforms[end]) in ANNOTATION_LOADERS:
+        end += 1
+    annotation_loaders = transforms[start + 1:end]
+    resize = _resize_of(transforms[end]) if end < len(transforms) else None
+    if resize is None:
+        found = type(transforms[end]).__name__ if end < len(transforms) else 'nothing'
+        return None, (f'{found} follows NativeLoadImageFromFile and its annotation loaders (mmdet '
+                      'Resize, RandomResize or RandomChoiceResize may)')
+    if resize.backend != 'cv2' or resize.interpolation not in INTERPOLATIONS:
+        return None, (f'the resize has backend={resize.backend!r}, '
+                      f'interpolation={resize.interpolation!r} (cv2 with one of '
+                      f'{", ".join(INTERPOLATIONS)} may be batched)')
+    resize_step = transforms[end]
+    end += 1
+    flip = None
+    if end < len(transforms) and type(transforms[end]) is RandomFlip:
+        flip = transforms[end]
+        end += 1
+    return (start, end, MmdetLoadingPlan(image_loader, annotation_loaders, resize_step, flip)), ''

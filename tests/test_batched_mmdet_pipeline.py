@@ -1,0 +1,184 @@
+"""The batched fetch on mmdet's own loading steps (``fused_mmdet_loading.py``):
+``NativeLoadImageFromFile``, annotation loaders, ``Resize`` / ``RandomResize`` /
+``RandomChoiceResize``, ``RandomFlip`` -- the pipeline an adopted mmdet config keeps -- give exactly
+the per-sample path's samples and random stream, through real DataLoader workers too, with bad
+samples and EXIF-rotated photos; anything else falls back and says why."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.dataset import Compose
+from mmengine.registry import DefaultScope
+
+from mmdet_ext.datasets.batched_fetch import batch_plan
+from mmdet_ext.transforms.fused_mmdet_loading import MmdetLoadingPlan
+from helpers.build import needs_native_decoding
+from test_adopt import _write_adopted_config, elsewhere  # noqa: F401 (a fixture)
+from test_batched_fetch import (FLIP, INDICES, _assert_same_samples, _bad_records, _batched,
+                                _dataset, _loader, _one_storage, _per_sample, _rotated_with_exif,
+                                bad_root, log_file)  # noqa: F401 (fixtures)
+
+pytestmark = needs_native_decoding
+
+# The toy images are 320x240: fixed, by factor, random range, random ratio, random choice.
+RESIZE_STEPS = [
+    dict(type='Resize', scale=(1333, 800), keep_ratio=True),
+    dict(type='Resize', scale=(160, 120), keep_ratio=False, interpolation='nearest'),
+    dict(type='Resize', scale_factor=0.75, keep_ratio=True),
+    dict(type='RandomResize', scale=[(200, 150), (400, 300)], keep_ratio=True),
+    dict(type='RandomResize', scale=(320, 240), ratio_range=(0.5, 1.5), keep_ratio=True),
+    dict(type='RandomChoiceResize', scales=[(300, 200), (200, 300), (160, 120)],
+         keep_ratio=True),
+    dict(type='RandomChoiceResize', scales=[(480, 360), (200, 100)], keep_ratio=False,
+         interpolation='area'),
+]
+LAZY_ANNOTATIONS = dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True)
+META_KEYS = ('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor', 'flip',
+             'flip_direction', 'scale', 'keep_ratio', 'homography_matrix')
+
+
+_scopes = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def mmdet_scope():
+    """The Runner's default scope: RandomResize builds mmdet's Resize through it."""
+    yield DefaultScope.get_instance(f'test_batched_mmdet_{next(_scopes)}', scope_name='mmdet')
+
+
+def _mmdet_pipeline(resize=RESIZE_STEPS[0], color_type='color', annotations=LAZY_ANNOTATIONS,
+                    flip=True, between=(), after=()):
+    meta_keys = META_KEYS + (('scale_idx',) if resize['type'] == 'RandomChoiceResize' else ())
+    return [dict(type='NativeLoadImageFromFile', color_type=color_type), annotations, *between,
+            resize, *([dict(type='RandomFlip', **FLIP)] if flip else []), *after,
+            dict(type='PackDetInputs', meta_keys=meta_keys)]
+
+
+def _assert_batched_exactly(root, pipeline, seeds=range(3), **kwargs):
+    batched = _dataset(root, pipeline, **kwargs)
+    reference = _dataset(root, pipeline, batched_fetch=False, **kwargs)
+    assert isinstance(batched._batched_fetcher().plan.loader, MmdetLoadingPlan)
+    flips = set()
+    for seed in seeds:
+        samples = _batched(batched, INDICES, seed)
+        _assert_same_samples(_per_sample(reference, INDICES, seed), samples)
+        assert _one_storage(samples)
+        flips |= {s['data_samples'].metainfo.get('flip_direction') for s in samples}
+        # ... and the RNG stream goes on exactly as after the per-sample path
+        assert np.random.randint(1 << 30) == (_per_sample(reference, INDICES, seed),
+                                              np.random.randint(1 << 30))[1]
+    return flips
+
+
+@pytest.mark.parametrize('color_type', ['color', 'grayscale'])
+@pytest.mark.parametrize('resize', RESIZE_STEPS)
+def test_mmdet_loading_steps_are_batched_exactly(toy_coco_root, resize, color_type):
+    flips = _assert_batched_exactly(toy_coco_root, _mmdet_pipeline(resize, color_type))
+    assert len(flips) > 1  # the flip draws differ between samples: the test sees them
+
+
+@pytest.mark.parametrize('annotations', [
+    dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True, poly2mask=False),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True, poly2mask=False),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=False)])
+def test_any_annotation_loader_and_no_flip_are_batched_exactly(toy_coco_root, annotations):
+    _assert_batched_exactly(toy_coco_root, _mmdet_pipeline(RESIZE_STEPS[5], annotations=annotations))
+    _assert_batched_exactly(toy_coco_root, _mmdet_pipeline(RESIZE_STEPS[3], flip=False))
+
+
+def test_random_scales_differ_between_samples(toy_coco_root):
+    """The scale is drawn per sample, in the per-sample path's order (the equality tests above
+    would pass for a constant scale too)."""
+    dataset = _dataset(toy_coco_root, _mmdet_pipeline(RESIZE_STEPS[3]))
+    shapes = {s['data_samples'].img_shape for s in _batched(dataset, INDICES, 0)}
+    assert len(shapes) > 1
+
+
+def test_a_test_pipeline_with_annotations_after_the_resize_is_batched(toy_coco_root):
+    pipeline = [dict(type='NativeLoadImageFromFile'), RESIZE_STEPS[0], LAZY_ANNOTATIONS,
+                dict(type='PackDetInputs')]
+    _assert_batched_exactly(toy_coco_root, pipeline, seeds=[0])
+
+
+def test_dataloader_workers_batch_mmdet_steps_exactly(toy_coco_root):
+    pipeline = _mmdet_pipeline(RESIZE_STEPS[5])
+    batches = list(_loader(_dataset(toy_coco_root, pipeline), 2))
+    expected = list(_loader(_dataset(toy_coco_root, pipeline, batched_fetch=False), 0))
+    assert len(batches) == len(expected) == 3
+    for got, want in zip(batches, expected):
+        assert torch.equal(got['inputs'], want['inputs'])
+        for got_sample, want_sample in zip(got['data_samples'], want['data_samples']):
+            assert got_sample.img_shape == want_sample.img_shape
+            assert got_sample.scale_idx == want_sample.scale_idx
+            assert got_sample.flip_direction == want_sample.flip_direction
+            assert torch.equal(got_sample.gt_instances.bboxes.tensor,
+                               want_sample.gt_instances.bboxes.tensor)
+
+
+def test_exif_rotated_photos_are_batched_exactly_on_mmdet_steps(toy_coco_root, tmp_path,
+                                                                log_file):  # noqa: F811
+    import shutil
+    root = tmp_path / 'rotated'
+    shutil.copytree(toy_coco_root, root)
+    _rotated_with_exif(root / 'train' / '000003.jpg')
+    _assert_batched_exactly(root, _mmdet_pipeline(RESIZE_STEPS[5]))
+    assert 'instead of batched' not in log_file.read_text()
+
+
+def test_bad_samples_on_mmdet_steps_are_skipped_as_in_the_per_sample_path(
+        bad_root, tmp_path, log_file):  # noqa: F811
+    options = dict(validate=False, on_bad_sample='skip', max_bad_fraction=1.0,
+                   pipeline=_mmdet_pipeline(RESIZE_STEPS[3]))
+    dataset = _dataset(bad_root, work_dir=str(tmp_path / 'batched'), **options)
+    reference = _dataset(bad_root, work_dir=str(tmp_path / 'reference'), batched_fetch=False,
+                         **options)
+    indices = [0, 1, 2, 5, 6]
+    for seed in range(3):
+        samples = _batched(dataset, indices, seed)
+        _assert_same_samples(_per_sample(reference, indices, seed), samples)
+    assert _bad_records(tmp_path / 'batched') == _bad_records(tmp_path / 'reference') \
+        == [(1, 2), (5, 6)]
+    assert dataset.bad_samples.tried == reference.bad_samples.tried
+    assert 'NativeLoadImageFromFile: cannot load' in \
+        (tmp_path / 'batched' / 'bad_samples.jsonl').read_text()
+
+
+@pytest.mark.parametrize('pipeline,why', [
+    (_mmdet_pipeline(dict(type='Resize', scale=(200, 150), backend='pillow')),
+     "the resize has backend='pillow'"),
+    ([dict(type='NativeLoadImageFromFile', to_float32=True), LAZY_ANNOTATIONS, RESIZE_STEPS[0],
+      dict(type='PackDetInputs')], 'NativeLoadImageFromFile has to_float32=True'),
+    ([LAZY_ANNOTATIONS, dict(type='NativeLoadImageFromFile'), RESIZE_STEPS[0],
+      dict(type='PackDetInputs')], 'annotations are loaded before NativeLoadImageFromFile'),
+    (_mmdet_pipeline(between=[dict(type='FilterAnnotations')]),
+     'FilterAnnotations follows NativeLoadImageFromFile and its annotation loaders'),
+    (_mmdet_pipeline(after=[dict(type='RandomCrop', crop_size=(100, 100))]),
+     'RandomCrop comes after RandomFlip'),
+    ([dict(type='LoadImageFromFile'), LAZY_ANNOTATIONS, RESIZE_STEPS[0],
+      dict(type='PackDetInputs')],
+     'the pipeline has no NativeLoadResizeFlip or NativeLoadImageFromFile'),
+])
+def test_other_mmdet_pipelines_fall_back_and_say_why(toy_coco_root, log_file, pipeline,
+                                                     why):  # noqa: F811
+    assert why in batch_plan(Compose(pipeline).transforms)[1]
+    dataset = _dataset(toy_coco_root, pipeline)
+    reference = _dataset(toy_coco_root, pipeline, batched_fetch=False)
+    _assert_same_samples(_per_sample(reference, INDICES[:2]), _batched(dataset, INDICES[:2]))
+    assert f'batched fetch off, samples load one by one: {why}' in log_file.read_text()
+
+
+def test_an_adopted_mmdet_config_is_batched(elsewhere, toy_coco_root):  # noqa: F811
+    """mmdet's own Mask R-CNN config, adopted: its train and val pipelines load in batches."""
+    from mmdet.registry import DATASETS
+    cfg = Config.fromfile(str(_write_adopted_config(
+        elsewhere, 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py', toy_coco_root)))
+    for name in ('train_dataloader', 'val_dataloader'):
+        dataset = DATASETS.build(cfg[name].dataset)
+        reference = DATASETS.build({**cfg[name].dataset, 'batched_fetch': False})
+        assert isinstance(dataset._batched_fetcher().plan.loader, MmdetLoadingPlan)
+        indices = list(range(min(4, len(dataset))))
+        samples = _batched(dataset, indices)
+        _assert_same_samples(_per_sample(reference, indices), samples)
+        assert _one_storage(samples)
