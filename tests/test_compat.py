@@ -182,6 +182,25 @@ def test_choose_flip_direction_draws_as_random_flip() -> None:
     assert set(ours) == {None, 'horizontal', 'vertical'}
 
 
+@pytest.mark.parametrize('step', [
+    dict(type='RandomResize', scale=[(20, 10), (60, 40)], keep_ratio=True),
+    dict(type='RandomResize', scale=(30, 20), ratio_range=(0.5, 2.0)),
+    dict(type='RandomChoiceResize', scales=[(20, 10), (60, 40), (31, 17)])])
+def test_draw_resize_scale_draws_as_the_random_resize(step) -> None:
+    from mmcv.transforms import TRANSFORMS
+    from mmengine.registry import DefaultScope
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        step = TRANSFORMS.build(step)
+    np.random.seed(0)
+    ours = [(_compat.draw_resize_scale(step), step.resize.scale) for _ in range(20)]
+    np.random.seed(0)
+    theirs = [step.transform({'img': np.zeros((24, 32, 3), np.uint8)}) for _ in range(20)]
+    assert ours == [(r.get('scale_idx'), r['scale']) for r in theirs], changed(
+        f'mmcv.transforms.{type(step).__name__}', 'draws differently from its transform',
+        'MmdetLoadingPlan.plan')
+    assert len({scale for _, scale in ours}) > 1
+
+
 def annotated_results(height: int = 20, width: int = 30) -> dict:
     masks = np.zeros((1, height, width), np.uint8)
     masks[0, 2:9, 3:17] = 1
