@@ -22,11 +22,14 @@ from test_batched_fetch import (FLIP, INDICES, _assert_same_samples, _bad_record
 
 pytestmark = needs_native_decoding
 
-# The toy images are 320x240: fixed, by factor, random range, random ratio, random choice.
+# The toy images are 320x240: fixed, by factor, every exact interpolation, random range, random
+# ratio, random choice.
 RESIZE_STEPS = [
     dict(type='Resize', scale=(1333, 800), keep_ratio=True),
     dict(type='Resize', scale=(160, 120), keep_ratio=False, interpolation='nearest'),
     dict(type='Resize', scale_factor=0.75, keep_ratio=True),
+    dict(type='Resize', scale=(400, 300), keep_ratio=True, interpolation='area'),
+    dict(type='Resize', scale=(150, 100), keep_ratio=False, interpolation='lanczos'),
     dict(type='RandomResize', scale=[(200, 150), (400, 300)], keep_ratio=True),
     dict(type='RandomResize', scale=(320, 240), ratio_range=(0.5, 1.5), keep_ratio=True),
     dict(type='RandomChoiceResize', scales=[(300, 200), (200, 300), (160, 120)],
@@ -84,14 +87,15 @@ def test_mmdet_loading_steps_are_batched_exactly(toy_coco_root, resize, color_ty
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True, poly2mask=False),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=False)])
 def test_any_annotation_loader_and_no_flip_are_batched_exactly(toy_coco_root, annotations):
-    _assert_batched_exactly(toy_coco_root, _mmdet_pipeline(RESIZE_STEPS[5], annotations=annotations))
-    _assert_batched_exactly(toy_coco_root, _mmdet_pipeline(RESIZE_STEPS[3], flip=False))
+    _assert_batched_exactly(toy_coco_root,
+                            _mmdet_pipeline(RESIZE_STEPS[7], annotations=annotations))
+    _assert_batched_exactly(toy_coco_root, _mmdet_pipeline(RESIZE_STEPS[5], flip=False))
 
 
 def test_random_scales_differ_between_samples(toy_coco_root):
     """The scale is drawn per sample, in the per-sample path's order (the equality tests above
     would pass for a constant scale too)."""
-    dataset = _dataset(toy_coco_root, _mmdet_pipeline(RESIZE_STEPS[3]))
+    dataset = _dataset(toy_coco_root, _mmdet_pipeline(RESIZE_STEPS[5]))
     shapes = {s['data_samples'].img_shape for s in _batched(dataset, INDICES, 0)}
     assert len(shapes) > 1
 
@@ -103,7 +107,7 @@ def test_a_test_pipeline_with_annotations_after_the_resize_is_batched(toy_coco_r
 
 
 def test_dataloader_workers_batch_mmdet_steps_exactly(toy_coco_root):
-    pipeline = _mmdet_pipeline(RESIZE_STEPS[5])
+    pipeline = _mmdet_pipeline(RESIZE_STEPS[7])
     batches = list(_loader(_dataset(toy_coco_root, pipeline), 2))
     expected = list(_loader(_dataset(toy_coco_root, pipeline, batched_fetch=False), 0))
     assert len(batches) == len(expected) == 3
@@ -123,14 +127,14 @@ def test_exif_rotated_photos_are_batched_exactly_on_mmdet_steps(toy_coco_root, t
     root = tmp_path / 'rotated'
     shutil.copytree(toy_coco_root, root)
     _rotated_with_exif(root / 'train' / '000003.jpg')
-    _assert_batched_exactly(root, _mmdet_pipeline(RESIZE_STEPS[5]))
+    _assert_batched_exactly(root, _mmdet_pipeline(RESIZE_STEPS[7]))
     assert 'instead of batched' not in log_file.read_text()
 
 
 def test_bad_samples_on_mmdet_steps_are_skipped_as_in_the_per_sample_path(
         bad_root, tmp_path, log_file):  # noqa: F811
     options = dict(validate=False, on_bad_sample='skip', max_bad_fraction=1.0,
-                   pipeline=_mmdet_pipeline(RESIZE_STEPS[3]))
+                   pipeline=_mmdet_pipeline(RESIZE_STEPS[5]))
     dataset = _dataset(bad_root, work_dir=str(tmp_path / 'batched'), **options)
     reference = _dataset(bad_root, work_dir=str(tmp_path / 'reference'), batched_fetch=False,
                          **options)
@@ -148,6 +152,9 @@ def test_bad_samples_on_mmdet_steps_are_skipped_as_in_the_per_sample_path(
 @pytest.mark.parametrize('pipeline,why', [
     (_mmdet_pipeline(dict(type='Resize', scale=(200, 150), backend='pillow')),
      "the resize has backend='pillow'"),
+    (_mmdet_pipeline(dict(type='Resize', scale=(200, 150), interpolation='bicubic')),
+     "the resize has backend='cv2', interpolation='bicubic' (cv2 with one of nearest, "
+     'bilinear, area, lanczos is batched exactly)'),
     ([dict(type='NativeLoadImageFromFile', to_float32=True), LAZY_ANNOTATIONS, RESIZE_STEPS[0],
       dict(type='PackDetInputs')], 'NativeLoadImageFromFile has to_float32=True'),
     ([LAZY_ANNOTATIONS, dict(type='NativeLoadImageFromFile'), RESIZE_STEPS[0],

@@ -9,7 +9,8 @@ fetch needs a loader with ``plan``/``finish`` (``NativeLoadResizeFlip``'s interf
 the pipeline's own transform objects: their arguments, their random draws in their order, mmdet's
 own annotation maths, their error messages. The pixels are decoded at full size (the per-sample
 path does not reduce the decode) and resized and flipped by ``warp_image``'s code, which gives
-mmcv's ``imresize`` + ``imflip`` bit for bit: a batch is exactly what the per-sample path makes.
+mmcv's ``imresize`` + ``imflip`` bit for bit (``EXACT_INTERPOLATIONS``): a batch is exactly what
+the per-sample path makes.
 """
 from typing import Optional, Sequence, Union
 
@@ -19,12 +20,16 @@ from mmcv.transforms import RandomChoiceResize, RandomResize
 from mmdet.datasets.transforms import LoadAnnotations, RandomFlip, Resize
 
 from .._compat import draw_resize_scale
-from ..ops import INTERPOLATIONS, warp_image
+from ..ops import warp_image
 from .fused_loading import (PLANNED_CHANNELS, NativeLoadResizeFlip, PendingDecode,
                             _declared_size_differs)
 from .lazy_annotations import LoadLazyAnnotations
 from .loading import ImageLoadError, NativeLoadImageFromFile, decode_file_bytes, read_image_bytes
 
+# The interpolations whose native resize gives cv2.resize's bits (mmcv.imresize's). Not bicubic:
+# the OpenCV the extension links (Debian's 4.6) rounds some bicubic pixels one off from the cv2
+# wheel's 4.11 (tests/test_fused_loading.py::test_warp_image_op_equals_mmcv).
+EXACT_INTERPOLATIONS = ('nearest', 'bilinear', 'area', 'lanczos')
 # Exact types, not subclasses: a subclass may change what the step does to the image.
 ANNOTATION_LOADERS = (LoadAnnotations, LoadLazyAnnotations)
 RANDOM_RESIZES = (RandomResize, RandomChoiceResize)
@@ -138,10 +143,10 @@ def fuse_mmdet_loading(transforms: Sequence) -> tuple[Optional[tuple[int, int, M
         found = type(transforms[end]).__name__ if end < len(transforms) else 'nothing'
         return None, (f'{found} follows NativeLoadImageFromFile and its annotation loaders (mmdet '
                       'Resize, RandomResize or RandomChoiceResize may)')
-    if resize.backend != 'cv2' or resize.interpolation not in INTERPOLATIONS:
+    if resize.backend != 'cv2' or resize.interpolation not in EXACT_INTERPOLATIONS:
         return None, (f'the resize has backend={resize.backend!r}, '
                       f'interpolation={resize.interpolation!r} (cv2 with one of '
-                      f'{", ".join(INTERPOLATIONS)} may be batched)')
+                      f'{", ".join(EXACT_INTERPOLATIONS)} is batched exactly)')
     resize_step = transforms[end]
     end += 1
     flip = None
