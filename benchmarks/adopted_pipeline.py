@@ -21,23 +21,20 @@ The first batches of the per-sample and batched loaders are asserted identical b
     PYTHONPATH=. python3 benchmarks/adopted_pipeline.py [--images 64] [--batch-size 8]
         [--cores 0,1] [--passes 3] [--rounds 3]
 """
-import argparse
 import os
 import platform
 import tempfile
 from pathlib import Path
 
-import cv2
-import mmcv
 import psutil
 import torch
 from mmengine.dataset import pseudo_collate
-from mmengine.registry import init_default_scope
 
 import mmdet_ext
 from benchmarks import write_report
 from benchmarks.batched_fetch import (SCENARIOS, DecodeOnThreads, assert_same_batches, loader,
-                                      make_dataset, measure, mmdet_dataset, shut_down)
+                                      loader_arguments, make_dataset, measure, mmdet_dataset,
+                                      pin_to, shut_down)
 from mmdet_ext import LazyCocoDataset, fast_collate
 from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset
 
@@ -145,22 +142,9 @@ def report(rows, args, cores, load_before, load_after) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--images', type=int, default=64)
-    parser.add_argument('--batch-size', type=int, default=8)
-    parser.add_argument('--workers', type=int, default=2)
-    parser.add_argument('--cores', default='0,1', help='the CPUs every contender is pinned to')
-    parser.add_argument('--passes', type=int, default=3)
-    parser.add_argument('--rounds', type=int, default=3)
-    parser.add_argument('--out', type=Path,
-                        default=Path('benchmarks/results/adopted_pipeline.md'))
+    parser = loader_arguments(__doc__.split('\n')[0], 'benchmarks/results/adopted_pipeline.md', 3)
     args = parser.parse_args()
-    cores = [int(c) for c in args.cores.split(',')]
-    os.sched_setaffinity(0, cores)
-    torch.set_num_threads(1)
-    cv2.setNumThreads(0)  # mmdet's best setting; our decoder uses no OpenCV threads
-    init_default_scope('mmdet')
-    mmcv.use_backend('turbojpeg')
+    cores = pin_to(args.cores)
     load_before = os.getloadavg()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -330,23 +330,24 @@ def phase_times(root: Path, scale: tuple, batch_size: int, cores: int,
     return {label: 1000 * value / samples for label, value in totals.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+def loader_arguments(description: str, out: str, passes: int) -> argparse.ArgumentParser:
+    """The command line every DataLoader benchmark of this kind takes."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument('--images', type=int, default=64)
     parser.add_argument('--batch-size', type=int, default=8)
     parser.add_argument('--workers', type=int, default=2)
     parser.add_argument('--cores', default='0,1', help='the CPUs every contender is pinned to')
-    parser.add_argument('--passes', type=int, default=2)
-    parser.add_argument('--rounds', type=int, default=2)
+    parser.add_argument('--passes', type=int, default=passes)
+    parser.add_argument('--rounds', type=int, default=passes)
+    parser.add_argument('--out', type=Path, default=Path(out))
+    return parser
+
+
+def main() -> None:
+    parser = loader_arguments(__doc__.split('\n')[0], 'benchmarks/results/batched_fetch.md', 2)
     parser.add_argument('--content', choices=('photos', 'synthetic'), default='photos')
-    parser.add_argument('--out', type=Path, default=Path('benchmarks/results/batched_fetch.md'))
     args = parser.parse_args()
-    cores = [int(c) for c in args.cores.split(',')]
-    os.sched_setaffinity(0, cores)
-    torch.set_num_threads(1)
-    cv2.setNumThreads(0)  # mmdet's best setting; our decoder uses no OpenCV threads
-    init_default_scope('mmdet')
-    mmcv.use_backend('turbojpeg')
+    cores = pin_to(args.cores)
     load_before = os.getloadavg()
     rows, phases = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -360,6 +361,19 @@ def main() -> None:
             print(name, result, phases[-1], flush=True)
     load_after = os.getloadavg()
     write_report(args.out, report(rows, phases, args, cores, load_before, load_after))
+
+
+def pin_to(cores: str) -> list[int]:
+    """Pin this process (and the workers it starts) to ``cores`` ('0,1') and set what every
+    contender shares: one torch thread, mmdet's best setting (no OpenCV threads, turbojpeg), the
+    mmdet registry scope. Returns the core list."""
+    pinned = [int(c) for c in cores.split(',')]
+    os.sched_setaffinity(0, pinned)
+    torch.set_num_threads(1)
+    cv2.setNumThreads(0)  # mmdet's best setting; our decoder uses no OpenCV threads
+    init_default_scope('mmdet')
+    mmcv.use_backend('turbojpeg')
+    return pinned
 
 
 def mmdet_best(result: dict) -> tuple[float, float]:

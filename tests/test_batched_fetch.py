@@ -480,8 +480,14 @@ def _bad_records(work_dir):
 @pytest.mark.parametrize('pixels_on', PIXELS_ON)
 def test_bad_samples_are_skipped_and_replaced_as_in_the_per_sample_path(bad_root, tmp_path,
                                                                         log_file, pixels_on):
-    options = dict(validate=False, on_bad_sample='skip', max_bad_fraction=1.0,
-                   pipeline=_pipeline(pixels_on=pixels_on))
+    assert_bad_samples_skipped_as_per_sample(bad_root, tmp_path, log_file,
+                                             _pipeline(pixels_on=pixels_on))
+
+
+def assert_bad_samples_skipped_as_per_sample(bad_root, tmp_path, log_file, pipeline):
+    """Under 'skip', a batch with a truncated image (refused when read) and a corrupt one
+    (refused when decoded) is the per-sample path's: same replacements, records and counts."""
+    options = dict(validate=False, on_bad_sample='skip', max_bad_fraction=1.0, pipeline=pipeline)
     dataset = _dataset(bad_root, work_dir=str(tmp_path / 'batched'), **options)
     reference = _dataset(bad_root, work_dir=str(tmp_path / 'reference'), batched_fetch=False,
                          **options)

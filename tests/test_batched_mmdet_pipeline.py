@@ -4,6 +4,7 @@
 the per-sample path's samples and random stream, through real DataLoader workers too, with bad
 samples and EXIF-rotated photos; anything else falls back and says why."""
 import itertools
+import shutil
 
 import numpy as np
 import pytest
@@ -15,10 +16,12 @@ from mmengine.registry import DefaultScope
 from mmdet_ext.datasets.batched_fetch import batch_plan
 from mmdet_ext.transforms.fused_mmdet_loading import MmdetLoadingPlan
 from helpers.build import needs_native_decoding
-from test_adopt import _write_adopted_config, elsewhere  # noqa: F401 (a fixture)
-from test_batched_fetch import (FLIP, INDICES, _assert_same_samples, _bad_records, _batched,
-                                _dataset, _loader, _one_storage, _per_sample, _rotated_with_exif,
-                                bad_root, log_file)  # noqa: F401 (fixtures)
+from test_adopt import _write_adopted_config
+from test_adopt import elsewhere  # noqa: F401 (a fixture: pytest finds it by name)
+from test_batched_fetch import (FLIP, INDICES, _assert_same_samples, _batched, _dataset, _loader,
+                                _one_storage, _per_sample, _rotated_with_exif,
+                                assert_bad_samples_skipped_as_per_sample)
+from test_batched_fetch import bad_root, log_file  # noqa: F401 (fixtures, as above)
 
 pytestmark = needs_native_decoding
 
@@ -123,7 +126,6 @@ def test_dataloader_workers_batch_mmdet_steps_exactly(toy_coco_root):
 
 def test_exif_rotated_photos_are_batched_exactly_on_mmdet_steps(toy_coco_root, tmp_path,
                                                                 log_file):  # noqa: F811
-    import shutil
     root = tmp_path / 'rotated'
     shutil.copytree(toy_coco_root, root)
     _rotated_with_exif(root / 'train' / '000003.jpg')
@@ -133,18 +135,8 @@ def test_exif_rotated_photos_are_batched_exactly_on_mmdet_steps(toy_coco_root, t
 
 def test_bad_samples_on_mmdet_steps_are_skipped_as_in_the_per_sample_path(
         bad_root, tmp_path, log_file):  # noqa: F811
-    options = dict(validate=False, on_bad_sample='skip', max_bad_fraction=1.0,
-                   pipeline=_mmdet_pipeline(RESIZE_STEPS[5]))
-    dataset = _dataset(bad_root, work_dir=str(tmp_path / 'batched'), **options)
-    reference = _dataset(bad_root, work_dir=str(tmp_path / 'reference'), batched_fetch=False,
-                         **options)
-    indices = [0, 1, 2, 5, 6]
-    for seed in range(3):
-        samples = _batched(dataset, indices, seed)
-        _assert_same_samples(_per_sample(reference, indices, seed), samples)
-    assert _bad_records(tmp_path / 'batched') == _bad_records(tmp_path / 'reference') \
-        == [(1, 2), (5, 6)]
-    assert dataset.bad_samples.tried == reference.bad_samples.tried
+    assert_bad_samples_skipped_as_per_sample(bad_root, tmp_path, log_file,
+                                             _mmdet_pipeline(RESIZE_STEPS[5]))
     assert 'NativeLoadImageFromFile: cannot load' in \
         (tmp_path / 'batched' / 'bad_samples.jsonl').read_text()
 
@@ -167,8 +159,8 @@ def test_bad_samples_on_mmdet_steps_are_skipped_as_in_the_per_sample_path(
       dict(type='PackDetInputs')],
      'the pipeline has no NativeLoadResizeFlip or NativeLoadImageFromFile'),
 ])
-def test_other_mmdet_pipelines_fall_back_and_say_why(toy_coco_root, log_file, pipeline,
-                                                     why):  # noqa: F811
+def test_other_mmdet_pipelines_fall_back_and_say_why(toy_coco_root, log_file,  # noqa: F811
+                                                     pipeline, why):
     assert why in batch_plan(Compose(pipeline).transforms)[1]
     dataset = _dataset(toy_coco_root, pipeline)
     reference = _dataset(toy_coco_root, pipeline, batched_fetch=False)

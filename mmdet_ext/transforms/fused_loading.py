@@ -50,6 +50,14 @@ class PendingDecode(NamedTuple):
         return self.shape if self.warp is None else (self.shape[0], *self.warp[:2])
 
 
+def plannable(header: Optional[ImageHeader], color_type: str, results: dict) -> bool:
+    """Whether the decoded size of an image can be told before decoding it: its format has a
+    header reader, ``color_type`` says the channel count, and ``results`` declare no other size
+    than the header's."""
+    return header is not None and color_type in PLANNED_CHANNELS and \
+        not _declared_size_differs(header, results)
+
+
 def _declared_size_differs(header: ImageHeader, results: dict) -> bool:
     """Whether the masks or the annotation file declare another size than the header's.
 
@@ -186,8 +194,7 @@ class NativeLoadResizeFlip(BaseTransform):
         image = None
         try:
             encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
-            channels = PLANNED_CHANNELS.get(self.color_type)
-            if header is None or channels is None or _declared_size_differs(header, results):
+            if not plannable(header, self.color_type, results):
                 image, size, scale, out_size = self._decode(encoded, header, filename)
                 encoded, denom = None, 1
                 shape = (image.shape[2], *image.shape[:2])
@@ -195,7 +202,8 @@ class NativeLoadResizeFlip(BaseTransform):
                 size = (header.width, header.height)
                 scale, out_size = self._target_size(*size)
                 denom = self._scale_denom(header, *out_size)
-                shape = (channels, ceil_div(header.height, denom), ceil_div(header.width, denom))
+                shape = (PLANNED_CHANNELS[self.color_type], ceil_div(header.height, denom),
+                         ceil_div(header.width, denom))
         except ImageLoadError as err:
             if self.ignore_empty:
                 return None

@@ -21,8 +21,7 @@ from mmdet.datasets.transforms import LoadAnnotations, RandomFlip, Resize
 
 from .._compat import draw_resize_scale
 from ..ops import warp_image
-from .fused_loading import (PLANNED_CHANNELS, NativeLoadResizeFlip, PendingDecode,
-                            _declared_size_differs)
+from .fused_loading import PLANNED_CHANNELS, NativeLoadResizeFlip, PendingDecode, plannable
 from .lazy_annotations import LoadLazyAnnotations
 from .loading import ImageLoadError, NativeLoadImageFromFile, decode_file_bytes, read_image_bytes
 
@@ -72,14 +71,14 @@ class MmdetLoadingPlan:
         decoded = None
         try:
             encoded, header = read_image_bytes(filename, loader.backend_args, loader.max_pixels)
-            channels = PLANNED_CHANNELS.get(loader.color_type)
-            if header is None or channels is None or _declared_size_differs(header, results):
+            if plannable(header, loader.color_type, results):
+                height, width = header.height, header.width
+                channels = PLANNED_CHANNELS[loader.color_type]
+            else:
                 decoded = decode_file_bytes(encoded, filename, loader.color_type,
                                             max_pixels=loader.max_pixels)
                 encoded = None
                 height, width, channels = decoded.shape
-            else:
-                height, width = header.height, header.width
         except ImageLoadError as err:
             if loader.ignore_empty:
                 return None
