@@ -78,7 +78,7 @@ def _assert_batched_exactly(root, pipeline, seeds=range(3), **kwargs):
     return flips
 
 
-@pytest.mark.parametrize('color_type', ['color', 'grayscale'])
+@pytest.mark.parametrize('color_type', ['color', 'grayscale', 'unchanged'])
 @pytest.mark.parametrize('resize', RESIZE_STEPS)
 def test_mmdet_loading_steps_are_batched_exactly(toy_coco_root, resize, color_type):
     flips = _assert_batched_exactly(toy_coco_root, _mmdet_pipeline(resize, color_type))
@@ -139,6 +139,20 @@ def test_bad_samples_on_mmdet_steps_are_skipped_as_in_the_per_sample_path(
                                              _mmdet_pipeline(RESIZE_STEPS[5]))
     assert 'NativeLoadImageFromFile: cannot load' in \
         (tmp_path / 'batched' / 'bad_samples.jsonl').read_text()
+
+
+def test_ignore_empty_images_are_replaced_as_in_the_per_sample_path(bad_root):  # noqa: F811
+    """``NativeLoadImageFromFile(ignore_empty=True)``: a truncated image (refused when read) and
+    a corrupt one (refused when decoded) make None, and the sample is drawn again, as per sample."""
+    pipeline = _mmdet_pipeline(RESIZE_STEPS[5])
+    pipeline[0] = dict(type='NativeLoadImageFromFile', ignore_empty=True)
+    dataset = _dataset(bad_root, pipeline, validate=False)
+    reference = _dataset(bad_root, pipeline, validate=False, batched_fetch=False)
+    indices = [0, 1, 2, 5, 6]
+    for seed in range(3):
+        samples = _batched(dataset, indices, seed)
+        _assert_same_samples(_per_sample(reference, indices, seed), samples)
+        assert not {s['data_samples'].img_id for s in samples} & {2, 6}
 
 
 @pytest.mark.parametrize('pipeline,why', [
