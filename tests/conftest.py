@@ -77,8 +77,9 @@ TOY_CONFIG = REPO_ROOT / 'configs' / 'mask-rcnn_r18_fpn_toy-coco.py'
 
 
 def _train_toy(data_root: Path, work_dir: Path, max_epochs: int, *extra: str,
-               options: tuple = ()) -> str:
-    """Run tools/train.py on the toy config (small batches, val every 2 epochs); its output."""
+               options: tuple = (), config: Path = TOY_CONFIG) -> str:
+    """Run tools/train.py on the toy config, or ``config`` (one based on it), with small
+    batches and val every 2 epochs; its output."""
     cfg_options = [
         f'train_dataloader.dataset.data_root={data_root}/',
         f'val_dataloader.dataset.data_root={data_root}/',
@@ -89,7 +90,7 @@ def _train_toy(data_root: Path, work_dir: Path, max_epochs: int, *extra: str,
         'default_hooks.logger.interval=1',
         *options,
     ]
-    cmd = [sys.executable, 'tools/train.py', str(TOY_CONFIG), '--work-dir', str(work_dir),
+    cmd = [sys.executable, 'tools/train.py', str(config), '--work-dir', str(work_dir),
            *extra, '--cfg-options', *cfg_options]
     result = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
@@ -98,5 +99,6 @@ def _train_toy(data_root: Path, work_dir: Path, max_epochs: int, *extra: str,
 
 @pytest.fixture
 def train_toy() -> Callable[..., str]:
-    """``train_toy(data_root, work_dir, max_epochs, *train_py_args, options=(cfg overrides))``."""
+    """``train_toy(data_root, work_dir, max_epochs, *train_py_args, options=(cfg overrides),
+    config=TOY_CONFIG)``."""
     return _train_toy

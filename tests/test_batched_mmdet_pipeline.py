@@ -5,6 +5,7 @@ the per-sample path's samples and random stream, through real DataLoader workers
 samples and EXIF-rotated photos; anything else falls back and says why."""
 import itertools
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,11 +20,13 @@ from helpers.build import needs_native_decoding
 from test_adopt import _write_adopted_config
 from test_adopt import elsewhere  # noqa: F401 (a fixture: pytest finds it by name)
 from test_batched_fetch import (FLIP, INDICES, _assert_same_samples, _batched, _dataset, _loader,
-                                _one_storage, _per_sample, _rotated_with_exif,
+                                _losses, _one_storage, _per_sample, _rotated_with_exif,
                                 assert_bad_samples_skipped_as_per_sample)
 from test_batched_fetch import bad_root, log_file  # noqa: F401 (fixtures, as above)
 
 pytestmark = needs_native_decoding
+
+TOY_CONFIG = Path(__file__).resolve().parents[1] / 'configs' / 'mask-rcnn_r18_fpn_toy-coco.py'
 
 # The toy images are 320x240: fixed, by factor, every exact interpolation, random range, random
 # ratio, random choice.
@@ -195,3 +198,26 @@ def test_an_adopted_mmdet_config_is_batched(elsewhere, toy_coco_root):  # noqa: 
         samples = _batched(dataset, indices)
         _assert_same_samples(_per_sample(reference, indices), samples)
         assert _one_storage(samples)
+
+
+def test_training_on_batched_mmdet_steps_gives_the_per_sample_losses(toy_coco_root, tmp_path,
+                                                                    train_toy):
+    """tools/train.py, the toy Mask R-CNN with mmdet's multi-scale loading steps, 2 workers:
+    the batched fetch feeds the model what the per-sample path feeds it."""
+    config = tmp_path / 'mmdet_steps.py'
+    config.write_text(f"""_base_ = '{TOY_CONFIG}'
+train_dataloader = dict(dataset=dict(pipeline=[
+    dict(type='NativeLoadImageFromFile'),
+    dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
+    dict(type='RandomChoiceResize', scales=[(320, 240), (288, 216), (352, 264)], keep_ratio=True),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackDetInputs')]))
+""")
+    options = ('randomness.seed=0', )
+    log = train_toy(toy_coco_root, tmp_path / 'batched', 1, options=options, config=config)
+    assert 'batched fetch on: one native decode call per batch' in log
+    log = train_toy(toy_coco_root, tmp_path / 'per_sample', 1, config=config,
+                    options=options + ('train_dataloader.dataset.batched_fetch=False', ))
+    assert 'batched fetch off, samples load one by one: batched_fetch=False' in log
+    losses = _losses(tmp_path / 'batched')
+    assert len(losses) == 4 and losses == _losses(tmp_path / 'per_sample')
