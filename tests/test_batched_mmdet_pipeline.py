@@ -114,7 +114,7 @@ def test_a_test_pipeline_with_annotations_after_the_resize_is_batched(toy_coco_r
 
 def test_dataloader_workers_batch_mmdet_steps_exactly(toy_coco_root):
     pipeline = _mmdet_pipeline(RESIZE_STEPS[7])
-    batches = list(_loader(_dataset(toy_coco_root, pipeline), 2))
+    batches = list(_loader(_dataset(toy_coco_root, pipeline), 2, timeout=300))  # a hang fails
     expected = list(_loader(_dataset(toy_coco_root, pipeline, batched_fetch=False), 0))
     assert len(batches) == len(expected) == 3
     for got, want in zip(batches, expected):

@@ -55,7 +55,7 @@ AFTER_LOADER = (LoadAnnotations, FilterAnnotations, PackDetInputs)
 
 
 class BatchPlan(NamedTuple):
-    """A recognised pipeline split at its loader (transforms[start:end] in the pipeline)."""
+    """A recognised pipeline split at its loader (one transform, or several planned as one)."""
     before: list
     loader: Union[NativeLoadResizeFlip, MmdetLoadingPlan]
     after: list

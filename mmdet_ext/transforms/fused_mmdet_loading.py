@@ -53,14 +53,23 @@ class MmdetLoadingPlan:
         self.image_loader = image_loader
         self.annotation_loaders = list(annotation_loaders)
         self.resize_step = resize_step
-        resize = resize_step.resize if isinstance(resize_step, RANDOM_RESIZES) else resize_step
         self.geometry = NativeLoadResizeFlip.from_transforms(
-            resize, flip, color_type=image_loader.color_type,
+            _resize_of(resize_step), flip, color_type=image_loader.color_type,
             backend_args=image_loader.backend_args, ignore_empty=image_loader.ignore_empty,
             max_pixels=image_loader.max_pixels, reduced_decode=False)
-        self.color_type = image_loader.color_type
-        self.max_pixels = image_loader.max_pixels
-        self.resize = resize
+
+    # What the batched fetch reads of its loader, as NativeLoadResizeFlip has them.
+    @property
+    def color_type(self) -> str:
+        return self.geometry.color_type
+
+    @property
+    def max_pixels(self) -> int:
+        return self.geometry.max_pixels
+
+    @property
+    def resize(self) -> Resize:
+        return self.geometry.resize
 
     def plan(self, results: dict) -> Optional[PendingDecode]:
         """What the steps do to ``results`` but the pixels; None where one of them would return
