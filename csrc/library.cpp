@@ -11,10 +11,11 @@ TORCH_LIBRARY(mmdet_ext, m) {
   m.def("decode_image(Tensor data, int flags, int scale_denom=1, int? max_pixels=None, "
         "bool planar=False) -> Tensor");
   // mmdet_ext/ops/image.py: decode_images_into, a batch decoded channel-planar into one buffer
-  // (warps: out_height, out_width, flip per image, to resize and flip them as warp_image does).
+  // (warps: out_height, out_width, flip per image, to resize and flip them as warp_image does;
+  // slot_hw: each image into the top left of a [C, H, W] slot of a padded batch instead).
   m.def("decode_images_into(Tensor[] data, int flags, int[] scale_denoms, int? max_pixels, "
         "Tensor(a!) out, int[] offsets, int[] shapes, int num_threads=1, int[]? warps=None, "
-        "int interpolation=1) -> ()");
+        "int interpolation=1, int[]? slot_hw=None) -> ()");
 
   // mmdet_ext/ops/pixels.py: warp_image, normalize_batch, resize_normalize_batch.
   m.def("warp_image(Tensor image, int out_height, int out_width, int interpolation, int flip) "

@@ -10,6 +10,9 @@ receives are never modified. A batch it has no fast path for (tuple samples, mul
 inputs, images that are not ``Tensor[C, H, W]`` of one dtype and channel count) is collated by
 ``pseudo_collate``, so any batch mmengine accepts is accepted.
 
+A batch whose images already lie in the slots of one padded batch tensor (the batched fetch
+decodes ``pixels_on='worker'`` batches that way) is that tensor: only its padding is written.
+
 Use with ``FastDetDataPreprocessor`` (``mmdet_ext.models``), which normalises the batch and pads it
 to its own ``pad_size_divisor`` exactly as mmdet does: the divisor is set once, there.
 
@@ -74,10 +77,14 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
     first = images[0]
     height = padded_size(max(image.shape[1] for image in images), pad_size_divisor)
     width = padded_size(max(image.shape[2] for image in images), pad_size_divisor)
-    batch = allocate_batch(first, (len(images), first.shape[0], height, width), pin_memory)
+    batch = _padded_batch_of(images, height, width, pin_memory)
+    copy = batch is None
+    if copy:
+        batch = allocate_batch(first, (len(images), first.shape[0], height, width), pin_memory)
     for slot, image in zip(batch, images):
         h, w = image.shape[1:]
-        slot[:, :h, :w].copy_(image)
+        if copy:
+            slot[:, :h, :w].copy_(image)
         # Fill only the padding: the image region is written exactly once.
         slot[:, h:, :].fill_(pad_value)
         slot[:, :h, w:].fill_(pad_value)
@@ -190,6 +197,32 @@ def _one_buffer(images: list) -> Optional[torch.Tensor]:
         return None  # sending it would copy it into shared memory: allocate_batch does it once
     return first.new_empty(0).set_(storage, first.storage_offset(),
                                    (end - first.storage_offset(),))
+
+
+def _padded_batch_of(images: list, height: int, width: int,
+                     pin_memory: bool) -> Optional[torch.Tensor]:
+    """The [B, C, height, width] batch whose slots the images already lie in, each in the top
+    left of its own, in order (the batched fetch decodes a ``pixels_on='worker'`` batch that
+    way, in shared memory in a worker), else None. Why: then only the padding is written.
+    Only the padding: the samples' pixels stay as they are."""
+    first = images[0]
+    slot = first.shape[0] * height * width
+    storage = first.untyped_storage()
+    start = first.storage_offset()
+    for position, image in enumerate(images):
+        if image.untyped_storage().data_ptr() != storage.data_ptr() or \
+                image.stride() != (height * width, width, 1) or \
+                image.storage_offset() != start + position * slot:
+            return None
+    if (start + len(images) * slot) * first.element_size() > storage.nbytes():
+        return None
+    if pin_memory and torch.cuda.is_available() and not storage.is_pinned():
+        return None  # allocate_batch pins the copy
+    in_worker = torch.utils.data.get_worker_info() is not None
+    if in_worker and not storage.is_shared() and not worker_buffers.is_pooled(storage) and \
+            storage.nbytes() > worker_buffers.INLINE_MAX_BYTES:
+        return None  # sending it would copy it into shared memory: allocate_batch does it once
+    return first.new_empty(0).set_(storage, start, (len(images), first.shape[0], height, width))
 
 
 def _has_fast_path(data_batch: Sequence) -> bool:

@@ -212,6 +212,49 @@ def test_decode_images_into_checks_the_warps_before_writing():
     assert not out.any()  # nothing was decoded
 
 
+@pytest.mark.parametrize('warped', [True, False])
+@pytest.mark.parametrize('color_type', ['color', 'grayscale'])
+def test_decode_images_into_writes_each_image_into_its_slot_of_a_padded_batch(warped, color_type):
+    data = [_jpeg(48, 64, seed=21), _jpeg(40, 30, seed=22), _jpeg(37, 18, 1, seed=23)]
+    decoded = [decode_image(d, color_type) for d in data]
+    warps = [(50, 70, 'horizontal'), (33, 21, None), (61, 9, 'diagonal')] if warped else None
+    expected = [warp_image(image, (h, w), 'bilinear', flip) for image, (h, w, flip)
+                in zip(decoded, warps)] if warped else [d.permute(2, 0, 1) for d in decoded]
+    channels = expected[0].shape[0]
+    height = max(e.shape[1] for e in expected) + 2
+    width = max(e.shape[2] for e in expected) + 1
+    batch = torch.full((len(data), channels, height, width), 77, dtype=torch.uint8)
+    decode_images_into(data, color_type, [1] * 3, batch.view(-1),
+                       [i * batch[0].numel() for i in range(3)],
+                       [(d.shape[2], *d.shape[:2]) for d in decoded], num_threads=2, warps=warps,
+                       slot_hw=(height, width))
+    untouched = torch.ones_like(batch, dtype=torch.bool)
+    for slot, image, written in zip(batch, expected, untouched):
+        h, w = image.shape[1:]
+        assert torch.equal(slot[:, :h, :w], image)
+        written[:, :h, :w] = False
+    assert (batch[untouched] == 77).all()  # the padding is left as it was
+
+
+def test_decode_images_into_checks_the_slots_before_writing():
+    data = [_jpeg(48, 64, seed=24)] * 2
+    shapes = [(3, 48, 64)] * 2
+    out = torch.zeros(2 * 3 * 50 * 70, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match=r'image 1 is 51x70 \(h x w\), larger than its 50x70'):
+        decode_images_into(data, 'color', [1, 1], out, [0, 10500], shapes,
+                           warps=[(50, 70, None), (51, 70, None)], slot_hw=(50, 70))
+    with pytest.raises(RuntimeError, match=r'image 0 is 48x64 \(h x w\), larger than its 48x63'):
+        decode_images_into(data, 'color', [1, 1], out, [0, 9072], shapes, slot_hw=(48, 63))
+    with pytest.raises(RuntimeError, match=r'image 1 \(10500 bytes at offset 10501\) does not'):
+        decode_images_into(data, 'color', [1, 1], out, [0, 10501], shapes, slot_hw=(50, 70))
+    with pytest.raises(RuntimeError, match=r'slot_hw must be \(height, width\), both > 0'):
+        torch.ops.mmdet_ext.decode_images_into(data, 1, [1, 1], None, out, [0, 0],
+                                               [3, 48, 64] * 2, 1, None, 1, [50])
+    with pytest.raises(RuntimeError, match=r'slot_hw must be \(height, width\), both > 0'):
+        decode_images_into(data, 'color', [1, 1], out, [0, 10500], shapes, slot_hw=(0, 70))
+    assert not out.any()  # nothing was decoded
+
+
 @requires_opcheck
 def test_decode_images_into_opcheck():
     data = [_jpeg(48, 64, seed=7), _jpeg(20, 30, seed=8)]
@@ -313,6 +356,29 @@ def test_fast_collate_takes_the_batch_buffer_as_it_is(toy_coco_root):
     assert reordered['inputs'].data_ptr() != samples[0]['inputs'].data_ptr()
     assert torch.equal(reordered['inputs'], torch.cat([s['inputs'].reshape(-1)
                                                        for s in samples[::-1]]))
+
+
+@pytest.mark.parametrize('resize', RESIZES)
+def test_a_worker_resized_batch_is_decoded_into_the_padded_batch_fast_collate_sends(
+        toy_coco_root, resize):
+    pipeline = _pipeline(resize, pixels_on='worker')
+    samples = _batched(_dataset(toy_coco_root, pipeline), INDICES)
+    expected = _per_sample(_dataset(toy_coco_root, pipeline, batched_fetch=False), INDICES)
+    batch = fast_collate(samples, pad_value=3)
+    reference = fast_collate(expected, pad_value=3)
+    # Each sample's inputs are the top left of its slot of the batch: nothing was copied.
+    assert batch['inputs'].data_ptr() == samples[0]['inputs'].data_ptr()
+    assert [s['inputs'].data_ptr() for s in samples] == \
+        [slot.data_ptr() for slot in batch['inputs']]
+    assert torch.equal(batch['inputs'], reference['inputs'])  # padding included
+    assert batch['input_shapes'] == reference['input_shapes']
+    _assert_same_samples(expected, samples)  # the padding written left the pixels alone
+    # A larger pad_size_divisor, or samples out of slot order: a batch of their own.
+    for other, others in ((fast_collate(samples, pad_size_divisor=64), fast_collate(
+            expected, pad_size_divisor=64)), (fast_collate(samples[::-1]),
+                                              fast_collate(expected[::-1]))):
+        assert other['inputs'].data_ptr() != samples[0]['inputs'].data_ptr()
+        assert torch.equal(other['inputs'], others['inputs'])
 
 
 # ---------------------------------------------------------------------------------------------

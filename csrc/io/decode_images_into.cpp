@@ -39,10 +39,18 @@ struct Warp {
   int interpolation;
 };
 
+// Where an image goes in `out`: its planes plane_step bytes apart, its rows row_step apart.
+struct Layout {
+  int64_t plane_step;
+  int64_t row_step;
+};
+
 // Decodes one image into `out` at `dst` as [C, H, W]; throws when it is not `shape` (C, H, W).
-// With a warp, writes it resized and flipped instead, [C, out_height, out_width].
+// With a warp, writes it resized and flipped instead, [C, out_height, out_width]. `layout` says
+// how far apart its planes and rows lie (packed, or a slot of a padded batch).
 void decode_one_planar(const at::Tensor& data, int64_t flags, int64_t scale_denom,
-                       int64_t max_pixels, const int64_t* shape, const Warp* warp, uint8_t* dst) {
+                       int64_t max_pixels, const int64_t* shape, const Warp* warp,
+                       const Layout& layout, uint8_t* dst) {
   const cv::Mat decoded =
       decode_image_to_mat(data.data_ptr<uint8_t>(), data.numel(), flags, scale_denom, max_pixels);
   TORCH_CHECK(decoded.channels() == shape[0] && decoded.rows == shape[1] &&
@@ -52,19 +60,20 @@ void decode_one_planar(const at::Tensor& data, int64_t flags, int64_t scale_deno
   if (warp != nullptr) {
     const int64_t* hwf = warp->out_hw_flip;
     warp_into_planar(decoded, cv::Size(static_cast<int>(hwf[1]), static_cast<int>(hwf[0])),
-                     warp->interpolation, static_cast<int>(hwf[2]), dst);
-    return;
-  }
-  const int64_t plane = shape[1] * shape[2];
-  if (shape[0] == 1) {
-    std::memcpy(dst, decoded.data, static_cast<size_t>(plane));
+                     warp->interpolation, static_cast<int>(hwf[2]), dst, layout.plane_step,
+                     layout.row_step);
     return;
   }
   std::vector<cv::Mat> planes;
   for (int64_t c = 0; c < shape[0]; ++c) {
-    planes.emplace_back(decoded.rows, decoded.cols, CV_8UC1, dst + c * plane);
+    planes.emplace_back(decoded.rows, decoded.cols, CV_8UC1, dst + c * layout.plane_step,
+                        static_cast<size_t>(layout.row_step));
   }
-  cv::split(decoded, planes);  // each plane has its size and type: split writes into `out`
+  if (shape[0] == 1) {
+    decoded.copyTo(planes[0]);
+  } else {
+    cv::split(decoded, planes);  // each plane has its size and type: split writes into `out`
+  }
 }
 
 std::string error_text(const std::exception& err) {
@@ -78,7 +87,7 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
                             c10::optional<int64_t> max_pixels, const at::Tensor& out,
                             at::IntArrayRef offsets, at::IntArrayRef shapes,
                             int64_t num_threads, at::OptionalIntArrayRef warps,
-                            int64_t interpolation) {
+                            int64_t interpolation, at::OptionalIntArrayRef slot_hw) {
   const int64_t count = static_cast<int64_t>(data.size());
   TORCH_CHECK(out.device().is_cpu() && out.scalar_type() == at::kByte && out.dim() == 1 &&
                   out.is_contiguous(),
@@ -93,7 +102,12 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
   TORCH_CHECK(!warps.has_value() || static_cast<int64_t>(warps->size()) == 3 * count,
               "decode_images_into: ", count, " images need ", 3 * count,
               " warp values (out_height, out_width, flip each), got ", warps->size());
+  TORCH_CHECK(!slot_hw.has_value() || (slot_hw->size() == 2 && (*slot_hw)[0] > 0 &&
+                                        (*slot_hw)[1] > 0),
+              "decode_images_into: slot_hw must be (height, width), both > 0, got ",
+              slot_hw.has_value() ? c10::str(*slot_hw) : std::string());
   // Every argument is checked before any thread starts: a bad one never writes out of bounds.
+  std::vector<Layout> layouts(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     const at::Tensor& bytes = data[i];
     TORCH_CHECK(bytes.device().is_cpu() && bytes.scalar_type() == at::kByte &&
@@ -104,12 +118,24 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
     TORCH_CHECK(shape[0] >= 1 && shape[0] <= 4 && shape[1] > 0 && shape[2] > 0,
                 "decode_images_into: image ", i, ": bad expected shape ", shape[0], "x",
                 shape[1], "x", shape[2]);
-    int64_t size = shape[0] * shape[1] * shape[2];
+    int64_t height = shape[1];
+    int64_t width = shape[2];
     if (warps.has_value()) {
       const int64_t* hwf = warps->data() + 3 * i;
       check_warp_arguments("decode_images_into", hwf[0], hwf[1], interpolation, hwf[2]);
-      size = shape[0] * hwf[0] * hwf[1];
+      height = hwf[0];
+      width = hwf[1];
     }
+    layouts[static_cast<size_t>(i)] = Layout{height * width, width};
+    if (slot_hw.has_value()) {
+      const int64_t slot_height = (*slot_hw)[0];
+      const int64_t slot_width = (*slot_hw)[1];
+      TORCH_CHECK(height <= slot_height && width <= slot_width, "decode_images_into: image ", i,
+                  " is ", height, "x", width, " (h x w), larger than its ", slot_height, "x",
+                  slot_width, " slot");
+      layouts[static_cast<size_t>(i)] = Layout{slot_height * slot_width, slot_width};
+    }
+    const int64_t size = shape[0] * layouts[static_cast<size_t>(i)].plane_step;
     TORCH_CHECK(offsets[i] >= 0 && offsets[i] <= out.numel() - size,
                 "decode_images_into: image ", i, " (", size, " bytes at offset ", offsets[i],
                 ") does not fit in out (", out.numel(), " bytes)");
@@ -125,7 +151,8 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
         const Warp warp{warps.has_value() ? warps->data() + 3 * i : nullptr,
                         static_cast<int>(interpolation)};
         decode_one_planar(data[i], flags, scale_denoms[i], limit, shapes.data() + 3 * i,
-                          warps.has_value() ? &warp : nullptr, base + offsets[i]);
+                          warps.has_value() ? &warp : nullptr, layouts[static_cast<size_t>(i)],
+                        base + offsets[i]);
       } catch (const std::exception& err) {
         errors[static_cast<size_t>(i)] = error_text(err);
       }
@@ -150,7 +177,7 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
 
 void decode_images_into_cpu(at::TensorList, int64_t, at::IntArrayRef, c10::optional<int64_t>,
                             const at::Tensor&, at::IntArrayRef, at::IntArrayRef, int64_t,
-                            at::OptionalIntArrayRef, int64_t) {
+                            at::OptionalIntArrayRef, int64_t, at::OptionalIntArrayRef) {
 #ifdef MMDET_EXT_WITH_OPENCV
   fail_built_without("decode_images_into", "libjpeg");
 #else

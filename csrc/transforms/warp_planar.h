@@ -34,9 +34,11 @@ inline void check_warp_arguments(const char* op, int64_t out_height, int64_t out
 }
 
 // Writes `src` (1 to 4 channels) resized to `out_size` with `interpolation` (cv::resize's flags)
-// and flipped by `flip` as [C, out_h, out_w] at `dst`, which must hold C * out_h * out_w bytes.
+// and flipped by `flip` as [C, out_h, out_w] at `dst`: plane c at dst + c * plane_step, its rows
+// row_step bytes apart. Packed, the steps are out_h * out_w and out_w (the default, -1); larger
+// ones write into a slot of a padded batch, whose padding is left as it is.
 inline void warp_into_planar(const cv::Mat& src, cv::Size out_size, int interpolation, int flip,
-                             uint8_t* dst) {
+                             uint8_t* dst, int64_t plane_step = -1, int64_t row_step = -1) {
   cv::Mat warped = src;
   if (out_size != src.size()) {
     cv::resize(src, warped, out_size, 0, 0, interpolation);
@@ -47,10 +49,13 @@ inline void warp_into_planar(const cv::Mat& src, cv::Size out_size, int interpol
     warped = flipped;
   }
   const int channels = src.channels();
-  const size_t plane = static_cast<size_t>(out_size.area());
+  const size_t plane = plane_step < 0 ? static_cast<size_t>(out_size.area())
+                                      : static_cast<size_t>(plane_step);
+  const size_t row = row_step < 0 ? static_cast<size_t>(out_size.width)
+                                  : static_cast<size_t>(row_step);
   std::vector<cv::Mat> planes;
   for (int c = 0; c < channels; ++c) {  // each plane views the caller's memory
-    planes.emplace_back(out_size, CV_8UC1, dst + c * plane);
+    planes.emplace_back(out_size, CV_8UC1, dst + c * plane, row);
   }
   if (channels == 1) {
     warped.copyTo(planes[0]);

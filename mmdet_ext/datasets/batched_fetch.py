@@ -99,16 +99,30 @@ class _FallBack(Exception):
     """The batch cannot be made exactly in batch mode; the per-sample path makes it."""
 
 
-def _inputs_as_buffer_view(sample: Any, image: torch.Tensor) -> Any:
-    """``sample`` with its ``inputs`` replaced by ``image`` when they are the same pixels in the
-    same memory. Why: ``PackDetInputs`` makes ``inputs`` through numpy, a tensor of its own
-    storage; as a view of the batch buffer, ``fast_collate`` sees the batch already lies in one
-    buffer and copies nothing."""
-    inputs = sample.get('inputs') if isinstance(sample, dict) else None
-    if isinstance(inputs, torch.Tensor) and inputs.data_ptr() == image.data_ptr() and \
-            inputs.shape == image.shape and inputs.dtype == image.dtype and inputs.is_contiguous():
-        sample['inputs'] = image
-    return sample
+def _pack_with_inputs(pack: PackDetInputs, results: dict, image: torch.Tensor) -> Any:
+    """``pack(results)`` whose ``inputs`` is ``image`` itself, a view of the batch buffer, when
+    ``pack`` is mmdet's ``PackDetInputs`` and ``img`` is that image's pixels.
+
+    Why: ``PackDetInputs`` makes ``inputs`` through numpy, a tensor of its own storage, and for
+    an image in a slot of a padded batch (rows further apart than its width) it copies every
+    pixel to get there; as a view of the batch, ``fast_collate`` sees the batch already lies in
+    one buffer and copies nothing. ``PackDetInputs`` reads ``img`` for ``inputs`` only, so it
+    packs everything else without it; ``inputs`` is the same pixels, shape and dtype.
+    """
+    img = results.get('img')
+    if type(pack) is not PackDetInputs or 'img' in pack.meta_keys or \
+            not isinstance(img, np.ndarray) or img.dtype != np.uint8 or \
+            _planar_pixels(img).ctypes.data != image.data_ptr() or \
+            _planar_pixels(img).shape != tuple(image.shape):
+        return pack(results)
+    del results['img']
+    packed = pack(results)
+    return {'inputs': image, **packed}
+
+
+def _planar_pixels(img: np.ndarray) -> np.ndarray:
+    """The [C, H, W] array an ``img`` of ``finish`` views (HxWxC, or HxW for one channel)."""
+    return img[None] if img.ndim == 2 else img.transpose(2, 0, 1)
 
 
 @contextlib.contextmanager
@@ -164,13 +178,14 @@ class BatchedFetcher:
             self.plan.loader.finish(results, image)
             for transform in self.plan.after:
                 try:
-                    results = transform(results)
+                    results = _pack_with_inputs(transform, results, image) \
+                        if transform is self.plan.after[-1] else transform(results)
                 except Exception as err:  # noqa: BLE001 -- the per-sample path handles it
                     raise _FallBack(f'{type(transform).__name__} raised {type(err).__name__}: '
                                     f'{err} for sample {index}') from err
                 if results is None:
                     raise _FallBack(f'{type(transform).__name__} returned None for sample {index}')
-            samples.append(_inputs_as_buffer_view(results, image))
+            samples.append(results)
         return samples
 
     def _plan_sample(self, index: int) -> tuple[int, dict, PendingDecode]:
@@ -200,17 +215,31 @@ class BatchedFetcher:
         return None if pending is None else (results, pending)
 
     def _decode(self, indices: list[int], pendings: list[PendingDecode]) -> list[torch.Tensor]:
-        """Every image of the batch (resized and flipped with ``pixels_on='worker'``),
-        Tensor[C, H, W] views of one buffer, in one native call."""
-        sizes = [int(np.prod(p.out_shape)) for p in pendings]
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        """Every image of the batch, Tensor[C, H, W] views of one buffer, in one native call.
+
+        ``pixels_on='device'``: as decoded, one after another in a flat buffer that is the
+        batch ``fast_collate`` sends. ``pixels_on='worker'``: resized and flipped, each in the
+        top left of its slot of a padded [B, C, H, W] batch (H, W the largest image's), which
+        ``fast_collate`` pads in place and sends as it is: no image is copied after decoding.
+        """
         loader = self.plan.loader
-        if loader.pixels_on == 'device':  # the buffer itself crosses to the training process
-            buffer = allocate_batch(torch.empty(0, dtype=torch.uint8), (offsets[-1],), False)
-        else:  # fast_collate copies the images into the padded batch
-            buffer = torch.empty(offsets[-1], dtype=torch.uint8)
-        images = [buffer[start:start + size].view(p.out_shape)
-                  for p, start, size in zip(pendings, offsets, sizes)]
+        shapes = [p.out_shape for p in pendings]
+        slots = loader.pixels_on == 'worker' and len({c for c, _, _ in shapes}) == 1
+        if slots:
+            batch_shape = (len(shapes), shapes[0][0], max(h for _, h, _ in shapes),
+                           max(w for _, _, w in shapes))
+            batch = allocate_batch(torch.empty(0, dtype=torch.uint8), batch_shape, False)
+            buffer = batch.view(-1)
+            offsets = [i * batch[0].numel() for i in range(len(shapes))]
+            images = [slot[:, :h, :w] for slot, (_, h, w) in zip(batch, shapes)]
+        else:
+            sizes = [int(np.prod(shape)) for shape in shapes]
+            offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+            # 'device': the buffer itself crosses to the training process.
+            buffer = allocate_batch(torch.empty(0, dtype=torch.uint8), (offsets[-1],), False) \
+                if loader.pixels_on == 'device' else torch.empty(offsets[-1], dtype=torch.uint8)
+            images = [buffer[start:start + size].view(shape)
+                      for shape, start, size in zip(shapes, offsets, sizes)]
         to_decode = [i for i, p in enumerate(pendings) if p.encoded is not None]
         for i, p in enumerate(pendings):
             if p.encoded is None:  # plan decoded it (a format without a header reader)
@@ -228,7 +257,8 @@ class BatchedFetcher:
                                                                  for i in to_decode],
                                loader.max_pixels,
                                self.decode_threads or default_decode_threads(), warps,
-                               loader.resize.interpolation)
+                               loader.resize.interpolation,
+                               slot_hw=batch_shape[2:] if slots else None)
         except RuntimeError as err:
             raise _FallBack(f'{err} (images in order: {names})') \
                 from err

@@ -73,7 +73,8 @@ def decode_images_into(data: Sequence[torch.Tensor], color_type: str, scale_deno
                        shapes: Sequence[tuple[int, int, int]], max_pixels: Optional[int] = None,
                        num_threads: int = 1,
                        warps: Optional[Sequence[tuple[int, int, Optional[str]]]] = None,
-                       interpolation: str = 'bilinear') -> None:
+                       interpolation: str = 'bilinear',
+                       slot_hw: Optional[tuple[int, int]] = None) -> None:
     """Decode a batch of images into ``out``, each as ``decode_image(..., planar=True)`` would
     (with ``warps``: as ``warp_image(decode_image(...), ...)`` would).
 
@@ -94,6 +95,10 @@ def decode_images_into(data: Sequence[torch.Tensor], color_type: str, scale_deno
             and flip it, bit-exact with ``warp_image``; image ``i`` is then written as
             (C, out_h, out_w). None: written as decoded.
         interpolation: the resize's, one of ``INTERPOLATIONS`` (mmcv's names); with ``warps``.
+        slot_hw: (H, W) of the slots of a padded batch: image ``i`` (h x w, after its warp) is
+            then written into the top left of a [C, H, W] slot at ``out[offsets[i]:]`` (its planes
+            H * W bytes apart, its rows W apart); the rest of the slot is left as it is. Every
+            image must fit its slot. None: each image packed, [C, h, w].
 
     Raises:
         RuntimeError: any image that cannot be decoded or does not decode to its shape (an EXIF
@@ -118,12 +123,13 @@ def decode_images_into(data: Sequence[torch.Tensor], color_type: str, scale_deno
                                            [int(d) for d in scale_denoms], max_pixels, out,
                                            [int(o) for o in offsets], flat_shapes,
                                            int(num_threads), flat_warps,
-                                           INTERPOLATIONS[interpolation])
+                                           INTERPOLATIONS[interpolation],
+                                           None if slot_hw is None else [int(v) for v in slot_hw])
 
 
 @register_fake('mmdet_ext::decode_images_into')
 def _decode_images_into_fake(data: list, flags: int, scale_denoms: list, max_pixels: Optional[int],
                              out: torch.Tensor, offsets: list, shapes: list,
                              num_threads: int = 1, warps: Optional[list] = None,
-                             interpolation: int = 1) -> None:
+                             interpolation: int = 1, slot_hw: Optional[list] = None) -> None:
     torch._check(out.dtype == torch.uint8 and out.dim() == 1)
