@@ -6,7 +6,8 @@ pipeline that loads with ``NativeLoadResizeFlip``, the batch's images are then d
 buffer. With ``pixels_on='device'`` that buffer (shared memory in a DataLoader worker) is what
 ``fast_collate`` hands to the training process as it is: per sample, no decoded tensor is
 allocated and no pixel is copied. With ``pixels_on='worker'`` the same call resizes and flips each
-image as it decodes it (``warp_image``'s code), and ``fast_collate`` pads the batch as always.
+image as it decodes it (``warp_image``'s code) into its slot of the padded [B, C, H, W] batch,
+which ``fast_collate`` pads in place and passes on: no image is copied there either.
 
 How, in three passes over the batch:
 
