@@ -69,11 +69,7 @@ void decode_one_planar(const at::Tensor& data, int64_t flags, int64_t scale_deno
     planes.emplace_back(decoded.rows, decoded.cols, CV_8UC1, dst + c * layout.plane_step,
                         static_cast<size_t>(layout.row_step));
   }
-  if (shape[0] == 1) {
-    decoded.copyTo(planes[0]);
-  } else {
-    cv::split(decoded, planes);  // each plane has its size and type: split writes into `out`
-  }
+  split_into_planes(decoded, planes);  // each plane has its size and type: written into `out`
 }
 
 std::string error_text(const std::exception& err) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <opencv2/core.hpp>
+#include <opencv2/core/hal/intrin.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include <c10/util/Exception.h>
@@ -31,6 +32,55 @@ inline void check_warp_arguments(const char* op, int64_t out_height, int64_t out
               " (0 nearest, 1 bilinear, 2 bicubic, 3 area, 4 lanczos)");
   TORCH_CHECK(flip >= 0 && flip <= 3, op, ": flip must be 0 (none), 1 (horizontal), "
               "2 (vertical) or 3 (diagonal), got ", flip);
+}
+
+// Row `y` of a 3-channel interleaved image into three planes' rows, with OpenCV's 128-bit SIMD
+// deinterleave (what cv::split runs inside), then the tail one pixel at a time.
+inline void deinterleave_row3(const uint8_t* src, uint8_t* d0, uint8_t* d1, uint8_t* d2,
+                              int width) {
+  int x = 0;
+#if CV_SIMD128
+  for (; x + 16 <= width; x += 16) {
+    cv::v_uint8x16 a, b, c;
+    cv::v_load_deinterleave(src + 3 * x, a, b, c);
+    cv::v_store(d0 + x, a);
+    cv::v_store(d1 + x, b);
+    cv::v_store(d2 + x, c);
+  }
+#endif
+  for (; x < width; ++x) {
+    d0[x] = src[3 * x];
+    d1[x] = src[3 * x + 1];
+    d2[x] = src[3 * x + 2];
+  }
+}
+
+// Writes the channels of `src` (interleaved) into `planes` (one 8-bit Mat each, of src's size,
+// viewing the caller's memory). Why not always cv::split: into planes whose rows are further
+// apart than their width (slots of a padded batch) it goes row by row through its generic
+// iterator, about 7x slower than into continuous planes (0.64 against 0.08 ms for 853x800);
+// three channels are then deinterleaved row by row here, others split through a scratch.
+inline void split_into_planes(const cv::Mat& src, std::vector<cv::Mat>& planes) {
+  if (src.channels() == 1) {
+    src.copyTo(planes[0]);
+    return;
+  }
+  if (planes[0].isContinuous()) {
+    cv::split(src, planes);
+    return;
+  }
+  if (src.channels() == 3) {
+    for (int y = 0; y < src.rows; ++y) {
+      deinterleave_row3(src.ptr<uint8_t>(y), planes[0].ptr<uint8_t>(y),
+                        planes[1].ptr<uint8_t>(y), planes[2].ptr<uint8_t>(y), src.cols);
+    }
+    return;
+  }
+  std::vector<cv::Mat> continuous;
+  cv::split(src, continuous);
+  for (size_t c = 0; c < planes.size(); ++c) {
+    continuous[c].copyTo(planes[c]);
+  }
 }
 
 // Writes `src` (1 to 4 channels) resized to `out_size` with `interpolation` (cv::resize's flags)
@@ -57,11 +107,7 @@ inline void warp_into_planar(const cv::Mat& src, cv::Size out_size, int interpol
   for (int c = 0; c < channels; ++c) {  // each plane views the caller's memory
     planes.emplace_back(out_size, CV_8UC1, dst + c * plane, row);
   }
-  if (channels == 1) {
-    warped.copyTo(planes[0]);
-  } else {
-    cv::split(warped, planes);
-  }
+  split_into_planes(warped, planes);
   for (int c = 0; c < channels; ++c) {
     TORCH_CHECK(planes[c].data == dst + c * plane, "OpenCV reallocated output plane ", c);
   }
