@@ -192,9 +192,8 @@ def _one_buffer(images: list) -> Optional[torch.Tensor]:
                 not image.is_contiguous() or image.storage_offset() != end:
             return None
         end += image.numel()
-    in_worker = torch.utils.data.get_worker_info() is not None
-    if in_worker and not storage.is_shared() and not worker_buffers.is_pooled(storage):
-        return None  # sending it would copy it into shared memory: allocate_batch does it once
+    if _sending_would_copy(storage):
+        return None
     return first.new_empty(0).set_(storage, first.storage_offset(),
                                    (end - first.storage_offset(),))
 
@@ -218,11 +217,16 @@ def _padded_batch_of(images: list, height: int, width: int,
         return None
     if pin_memory and torch.cuda.is_available() and not storage.is_pinned():
         return None  # allocate_batch pins the copy
-    in_worker = torch.utils.data.get_worker_info() is not None
-    if in_worker and not storage.is_shared() and not worker_buffers.is_pooled(storage) and \
-            storage.nbytes() > worker_buffers.INLINE_MAX_BYTES:
-        return None  # sending it would copy it into shared memory: allocate_batch does it once
+    if _sending_would_copy(storage) and storage.nbytes() > worker_buffers.INLINE_MAX_BYTES:
+        return None  # a small one travels inside the pickle, as allocate_batch's would
     return first.new_empty(0).set_(storage, start, (len(images), first.shape[0], height, width))
+
+
+def _sending_would_copy(storage: torch.UntypedStorage) -> bool:
+    """Whether a DataLoader worker sending ``storage`` would first copy it into shared memory:
+    ``allocate_batch`` then does better, once (not shared by torch, not a reused segment)."""
+    return torch.utils.data.get_worker_info() is not None and not storage.is_shared() and \
+        not worker_buffers.is_pooled(storage)
 
 
 def _has_fast_path(data_batch: Sequence) -> bool:

@@ -148,7 +148,7 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
                         static_cast<int>(interpolation)};
         decode_one_planar(data[i], flags, scale_denoms[i], limit, shapes.data() + 3 * i,
                           warps.has_value() ? &warp : nullptr, layouts[static_cast<size_t>(i)],
-                        base + offsets[i]);
+                          base + offsets[i]);
       } catch (const std::exception& err) {
         errors[static_cast<size_t>(i)] = error_text(err);
       }

@@ -111,10 +111,10 @@ def _pack_with_inputs(pack: PackDetInputs, results: dict, image: torch.Tensor) -
     packs everything else without it; ``inputs`` is the same pixels, shape and dtype.
     """
     img = results.get('img')
-    if type(pack) is not PackDetInputs or 'img' in pack.meta_keys or \
-            not isinstance(img, np.ndarray) or img.dtype != np.uint8 or \
-            _planar_pixels(img).ctypes.data != image.data_ptr() or \
-            _planar_pixels(img).shape != tuple(image.shape):
+    planar = _planar_pixels(img) if isinstance(img, np.ndarray) else None
+    if type(pack) is not PackDetInputs or 'img' in pack.meta_keys or planar is None or \
+            planar.dtype != np.uint8 or planar.ctypes.data != image.data_ptr() or \
+            planar.shape != tuple(image.shape):
         return pack(results)
     del results['img']
     packed = pack(results)
