@@ -2,9 +2,12 @@
 
 What must hold: the training process receives exactly what the worker wrote, however long it
 keeps a batch; a segment is reused only once released; views of one segment arrive as views of
-one mapping; everything else still travels through torch's own shared memory.
+one mapping; everything else still travels through torch's own shared memory. The training
+process maps each segment once, and keeps no mapping of a segment its worker closed, of a worker
+that exited, or in a process it forks.
 """
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -17,7 +20,7 @@ from mmdet_ext.collate import allocate_batch
 BATCH_BYTES = 3 << 20  # over INLINE_MAX_BYTES: pooled
 SMALL_BYTES = 4 << 10  # under it: inside the pickle
 
-pytestmark = pytest.mark.skipif(not hasattr(__import__('os'), 'memfd_create'),
+pytestmark = pytest.mark.skipif(not hasattr(os, 'memfd_create'),
                                 reason='the pool needs memfd (Linux)')
 
 
@@ -48,7 +51,8 @@ def fill_batch(indices: list) -> dict:
             'floats': floats[100:200], 'small': small, 'small_rows': [small[:10], small[10:30]],
             'middle': middle, 'plain': torch.arange(5) + first, 'shared': shared,
             'conjugated': conjugated, 'odd': odd,
-            'created': pool.segments_created if pool else 0}
+            'created': pool.segments_created if pool else 0,
+            'token': pool.token if pool else None}
 
 
 def expected_pixels(first: int) -> torch.Tensor:
@@ -132,6 +136,70 @@ def test_releasing_a_batch_lets_the_worker_reuse_its_segment():
     # the two batches fetched while the pool was still full came through torch's memory
     assert len(pooled) == 32 - fetched and all(pooled[2:])
     assert max(created) == worker_buffers.MAX_SEGMENTS  # reused, not grown
+
+
+def kept_by_token() -> dict:
+    """{pool token: serials} of the segments whose mappings this process keeps."""
+    kept = {}
+    for token, serial in list(worker_buffers._kept):
+        kept.setdefault(token, set()).add(serial)
+    return kept
+
+
+def test_each_segment_is_mapped_once_then_sent_by_name():
+    mapped_before = worker_buffers.mappings_made
+    batches = 0
+    for batch in loader(num_workers=1, prefetch_factor=2, persistent_workers=True):
+        check(batch)  # every reuse of a kept mapping shows what the worker wrote this time
+        assert kept_by_token()[batch['token']] <= set(range(batch['created']))
+        batches += 1
+    assert batches == 32
+    # 32 batches through a handful of segments: one mapping each, not one per batch
+    assert worker_buffers.mappings_made - mapped_before == batch['created'] <= 4
+
+
+def grow_batch(indices: list) -> dict:
+    """Every batch larger than the last: the worker's pool closes free segments to grow."""
+    first = indices[0]
+    pixels = allocate_batch(torch.empty(0, dtype=torch.uint8), ((1 << 20) * (1 + first),), False)
+    pixels.fill_(first)
+    pool = worker_buffers._pool
+    return {'first': first, 'pixels': pixels, 'token': pool.token,
+            'live': {s.serial for s in pool.segments}}
+
+
+def test_mappings_of_closed_segments_are_dropped():
+    mapped = 0
+    for batch in DataLoader(Indices(), batch_size=1, collate_fn=grow_batch, timeout=300,
+                            num_workers=1, prefetch_factor=2):
+        assert bool((batch['pixels'] == batch['first']).all())
+        # what the worker closed before sending this batch, it said in it
+        assert kept_by_token()[batch['token']] <= batch['live']
+        mapped = max(mapped, len(kept_by_token()[batch['token']]))
+    assert mapped <= worker_buffers.MAX_SEGMENTS
+
+
+def test_mappings_of_exited_workers_are_dropped():
+    batches = loader(num_workers=1, prefetch_factor=2)  # a new worker each epoch
+    first_epoch = set()
+    for batch in batches:
+        first_epoch.add(batch['token'])
+        assert batch['token'] in kept_by_token()
+    for batch in batches:  # the first epoch's worker exited (joined at its epoch's end)
+        check(batch)
+        assert batch['token'] not in first_epoch
+        assert first_epoch.isdisjoint(kept_by_token())
+
+
+def test_a_forked_process_keeps_no_mapping():
+    held = next(iter(loader(num_workers=1, persistent_workers=True)))
+    assert worker_buffers.kept_mappings() > 0
+    child = os.fork()
+    if child == 0:
+        os._exit(0 if worker_buffers.kept_mappings() == 0 else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    check(held)
 
 
 def test_views_outlive_the_batch_they_came_with():
