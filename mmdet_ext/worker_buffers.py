@@ -362,7 +362,9 @@ def _forget_exited_workers() -> None:
         try:
             os.kill(pid, 0)
             continue  # alive
-        except (ProcessLookupError, PermissionError):  # gone (or its pid is someone else's now)
+        except PermissionError:  # alive, as another user: kept (a worker may drop privileges)
+            continue
+        except ProcessLookupError:
             pass
         del _kept_pids[token]
         for key in [key for key in _kept if key[0] == token]:
