@@ -202,6 +202,12 @@ def test_a_forked_process_keeps_no_mapping():
     check(held)
 
 
+def test_a_segment_sent_by_name_that_was_never_mapped_is_a_clear_error():
+    name = worker_buffers._SegmentName(token=12345, pid=os.getpid(), serial=3)
+    with pytest.raises(RuntimeError, match=f'worker {os.getpid()} sent segment 3 .*no mapping'):
+        worker_buffers._receive_segment(name, None, worker_buffers.HEADER_BYTES + 4096, [])
+
+
 def test_views_outlive_the_batch_they_came_with():
     kept = [batch['rows'][1] for batch in loader(num_workers=2)]
     for position, row in enumerate(kept):
