@@ -378,8 +378,10 @@ def kept_mappings() -> int:
 
 
 def _forget_kept_in_child() -> None:
-    # A forked process (a DataLoader worker of this one) receives nothing: it must not keep
-    # the segments of other workers alive.
+    # A forked process (a DataLoader worker of this one) must not keep the segments of other
+    # workers alive; and a lock another thread held at the fork would stay held in it forever.
+    global _kept_lock, _release_lock
+    _kept_lock, _release_lock = threading.Lock(), threading.Lock()
     _kept.clear()
     _kept_pids.clear()
 
