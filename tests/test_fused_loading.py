@@ -122,8 +122,13 @@ def test_mask_size_mismatch_and_bad_files_name_the_file(toy_coco_root, tmp_path)
 def test_warp_image_op_equals_mmcv(channels, interpolation):
     image = np.random.default_rng(channels).integers(0, 256, (37, 53, channels), dtype=np.uint8)
     tensor = torch.from_numpy(image)
+    # The flips are done while the channels are split (mirrored rows: 16-pixel SIMD steps,
+    # 8-byte swaps, then the tails), into a buffer each thread reuses: widths below and above
+    # those steps, and sizes that shrink and grow from one call to the next.
     for out_shape, direction in [((37, 53), None), ((20, 91), 'horizontal'),
-                                 ((80, 31), 'vertical'), ((37, 53), 'diagonal')]:
+                                 ((80, 31), 'vertical'), ((37, 53), 'diagonal'),
+                                 ((9, 5), 'horizontal'), ((64, 160), 'horizontal'),
+                                 ((3, 17), 'diagonal'), ((120, 96), 'vertical')]:
         expected = mmcv.imresize(image, out_shape[::-1], interpolation=interpolation)
         expected = expected.reshape(*out_shape, channels)
         if direction is not None:

@@ -1,11 +1,13 @@
 // Resize then flip an interleaved 8-bit image and write it channel-planar: the one place both
 // warp_image (one image, a new tensor) and decode_images_into (a batch, into one buffer) do it,
-// so the two give the same bits. The arithmetic is OpenCV's (cv::resize, cv::flip), the calls
-// mmcv.imresize and mmcv.imflip make. Only in builds with OpenCV (optional_libraries.h).
+// so the two give the same bits. The arithmetic is OpenCV's cv::resize, the call mmcv.imresize
+// makes; the flip (mmcv.imflip's cv::flip) only permutes pixels and is done while splitting the
+// channels. Only in builds with OpenCV (optional_libraries.h).
 #pragma once
 
 #ifdef MMDET_EXT_WITH_OPENCV
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include <opencv2/core.hpp>
@@ -16,8 +18,8 @@
 
 namespace mmdet_ext {
 
-// flip: 0 none, 1 horizontal, 2 vertical, 3 diagonal (both), mmcv's direction names in order.
-inline constexpr int kWarpFlipCodes[] = {0, 1, 0, -1};  // cv::flip's codes for 1..3
+// flip: 0 none, 1 horizontal, 2 vertical, 3 diagonal (both), mmcv's direction names in order;
+// the same permutations as cv::flip's codes 1, 0 and -1, which mmcv.imflip calls.
 
 // Refuses what warp_into_planar cannot do, naming `op`: an absurd output size, an interpolation
 // that is not one of mmcv's five, a flip code out of range.
@@ -55,26 +57,85 @@ inline void deinterleave_row3(const uint8_t* src, uint8_t* d0, uint8_t* d1, uint
   }
 }
 
+// dst[x] = src[width - 1 - x]. Eight bytes at a time: one byte swap reverses eight. Why not
+// SIMD: a 16-byte reverse needs SSSE3, beyond x86-64's baseline that this builds for; the plain
+// loop is not vectorised and costs 8x as much (1.9 against 0.22 ms for 2400 rows of 1333).
+inline void mirror_copy(const uint8_t* src, uint8_t* dst, int width) {
+  int x = 0;
+  for (; x + 8 <= width; x += 8) {
+    uint64_t eight;
+    std::memcpy(&eight, src + width - x - 8, 8);
+    eight = __builtin_bswap64(eight);
+    std::memcpy(dst + x, &eight, 8);
+  }
+  for (; x < width; ++x) dst[x] = src[width - 1 - x];
+}
+
+// Row of an interleaved image of any channel count into its planes' row `y`, mirrored (plane
+// pixel x is source pixel width - 1 - x: a horizontal flip) or not.
+inline void deinterleave_row(const uint8_t* src, std::vector<cv::Mat>& planes, int y, int width,
+                             bool mirrored) {
+  const int channels = static_cast<int>(planes.size());
+  if (channels == 1 && mirrored) {
+    mirror_copy(src, planes[0].ptr<uint8_t>(y), width);
+    return;
+  }
+  if (channels == 1) {
+    std::memcpy(planes[0].ptr<uint8_t>(y), src, width);
+    return;
+  }
+  if (channels == 3 && !mirrored) {
+    deinterleave_row3(src, planes[0].ptr<uint8_t>(y), planes[1].ptr<uint8_t>(y),
+                      planes[2].ptr<uint8_t>(y), width);
+    return;
+  }
+  if (channels == 3) {  // deinterleaved in order into this thread's row, then mirrored out
+    thread_local std::vector<uint8_t> row;
+    if (row.size() < 3 * static_cast<size_t>(width)) row.resize(3 * static_cast<size_t>(width));
+    uint8_t* in_order = row.data();
+    deinterleave_row3(src, in_order, in_order + width, in_order + 2 * width, width);
+    for (int c = 0; c < 3; ++c) mirror_copy(in_order + c * width, planes[c].ptr<uint8_t>(y), width);
+    return;
+  }
+  for (int c = 0; c < channels; ++c) {  // 2 or 4 channels: rare, one byte at a time
+    uint8_t* dst = planes[c].ptr<uint8_t>(y);
+    for (int x = 0; x < width; ++x) {
+      dst[x] = src[(mirrored ? width - 1 - x : x) * channels + c];
+    }
+  }
+}
+
 // Writes the channels of `src` (interleaved) into `planes` (one 8-bit Mat each, of src's size,
-// viewing the caller's memory). Why not always cv::split: into planes whose rows are further
-// apart than their width (slots of a padded batch) it goes row by row through its generic
-// iterator, about 7x slower than into continuous planes (0.64 against 0.08 ms for 853x800);
-// three channels (every batch decode: 'color') are then deinterleaved row by row here.
-inline void split_into_planes(const cv::Mat& src, std::vector<cv::Mat>& planes) {
-  if (src.channels() == 1) {
-    src.copyTo(planes[0]);
+// viewing the caller's memory), flipped by `flip` (the codes above) on the way: a flip
+// only permutes pixels, so reading the source mirrored gives cv::flip's bits without a copy.
+// Why not cv::split: into planes whose rows are further apart than their width (slots of a padded
+// batch) it goes row by row through its generic iterator, about 7x slower than into continuous
+// planes (0.64 against 0.08 ms for 853x800), and it cannot flip.
+inline void split_into_planes(const cv::Mat& src, std::vector<cv::Mat>& planes, int flip = 0) {
+  if (flip == 0 && (src.channels() == 1 || planes[0].isContinuous())) {
+    if (src.channels() == 1) {
+      src.copyTo(planes[0]);
+    } else {
+      cv::split(src, planes);
+    }
     return;
   }
-  if (planes[0].isContinuous()) {
-    cv::split(src, planes);
-    return;
-  }
-  TORCH_CHECK(src.channels() == 3, "planes with rows wider than the image hold 1 or 3 channels, "
-              "got ", src.channels());
+  const bool mirrored = flip == 1 || flip == 3;
+  const bool upside_down = flip == 2 || flip == 3;
   for (int y = 0; y < src.rows; ++y) {
-    deinterleave_row3(src.ptr<uint8_t>(y), planes[0].ptr<uint8_t>(y), planes[1].ptr<uint8_t>(y),
-                      planes[2].ptr<uint8_t>(y), src.cols);
+    deinterleave_row(src.ptr<uint8_t>(upside_down ? src.rows - 1 - y : y), planes, y, src.cols,
+                     mirrored);
   }
+}
+
+// The resized image before it is split, in memory this thread reuses: a fresh cv::Mat per image
+// would fault in every page of it again (about 3 MB for 1333x800), which cost as much as the
+// resize itself. Grows to the largest image this thread has warped; freed when the thread ends.
+inline cv::Mat resize_scratch(cv::Size size, int type) {
+  thread_local std::vector<uint8_t> buffer;
+  const size_t bytes = size.area() * CV_ELEM_SIZE(type);
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return cv::Mat(size, type, buffer.data());
 }
 
 // Writes `src` (1 to 4 channels) resized to `out_size` with `interpolation` (cv::resize's flags)
@@ -85,12 +146,10 @@ inline void warp_into_planar(const cv::Mat& src, cv::Size out_size, int interpol
                              uint8_t* dst, int64_t plane_step = -1, int64_t row_step = -1) {
   cv::Mat warped = src;
   if (out_size != src.size()) {
+    warped = resize_scratch(out_size, src.type());
+    const uint8_t* scratch = warped.data;
     cv::resize(src, warped, out_size, 0, 0, interpolation);
-  }
-  if (flip != 0) {
-    cv::Mat flipped;
-    cv::flip(warped, flipped, kWarpFlipCodes[flip]);
-    warped = flipped;
+    TORCH_CHECK(warped.data == scratch, "OpenCV reallocated the resize output");
   }
   const int channels = src.channels();
   const size_t plane = plane_step < 0 ? static_cast<size_t>(out_size.area())
@@ -101,7 +160,7 @@ inline void warp_into_planar(const cv::Mat& src, cv::Size out_size, int interpol
   for (int c = 0; c < channels; ++c) {  // each plane views the caller's memory
     planes.emplace_back(out_size, CV_8UC1, dst + c * plane, row);
   }
-  split_into_planes(warped, planes);
+  split_into_planes(warped, planes, flip);
   for (int c = 0; c < channels; ++c) {
     TORCH_CHECK(planes[c].data == dst + c * plane, "OpenCV reallocated output plane ", c);
   }
