@@ -20,8 +20,13 @@ inherit it). Rounds interleave the contenders; each keeps its best round. Conten
 - ceiling: the same decoder (``decode_image``, libjpeg) on the same files at the same
   parallelism, nothing else: read + decode in the workers, only the shape sent back; and read +
   ``decode_images_into`` per batch on the threads in one process. The better of the two.
-- fused ceiling: read + ``decode_images_into`` with the same resizes (no flip: it costs a copy)
-  per batch on the threads: the native work of the fused path and nothing else.
+- fused ceiling: read + ``decode_images_into`` with the same resizes (every other image
+  flipped, as about half are in the path) per batch on the threads: the native work of the
+  fused path and nothing else;
+- batched, workers, dicts / batched fused, workers, dicts: the two batched worker rows with the
+  instances made as before the store's columns were read for the whole batch (per-instance
+  dicts from ``get_data_info``, then ``LoadLazyAnnotations``): what ``ColumnarAnnotations``
+  saves, side by side.
 
 Our contenders load through ``PerSampleSeedDataset`` with seeded batches (``ExactResumeHook``'s
 path), and the first batches of the deferred and batched paths are asserted identical before
@@ -111,9 +116,18 @@ def mmdet_dataset(root: Path, scale: tuple, poly2mask: bool, backend: str) -> Co
                   dict(type='PackDetInputs')])
 
 
-def our_dataset(root: Path, scale: tuple, pixels_on: str, **kwargs) -> PerSampleSeedDataset:
+class InstancesAsDicts(LazyCocoDataset):
+    """The batched fetch as it was before instances were read from the store's columns: a
+    dataset that makes its own instances gets them as dicts (``columnar_plan``)."""
+
+    def _instance(self, i: int, height: int, width: int):
+        return super()._instance(i, height, width)
+
+
+def our_dataset(root: Path, scale: tuple, pixels_on: str, dataset_class=LazyCocoDataset,
+                **kwargs) -> PerSampleSeedDataset:
     meta_keys = DEFERRED_META_KEYS if pixels_on == 'device' else DEFERRED_META_KEYS[:-1]
-    return PerSampleSeedDataset(LazyCocoDataset(
+    return PerSampleSeedDataset(dataset_class(
         data_root=str(root), ann_file='annotations/instances_train.json',
         data_prefix=dict(img='train/'),
         pipeline=[dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
@@ -169,7 +183,8 @@ class DecodeOnThreads:
                 denom = 1
                 if self.loader:  # resized, from a reduced decode where the loader does it
                     _, (w, h) = self.loader._target_size(header.width, header.height)
-                    warps.append((h, w, None))
+                    # Every other image flipped: the path flips about half (prob=0.5).
+                    warps.append((h, w, 'horizontal' if len(warps) % 2 else None))
                     denom = self.loader._scale_denom(header, w, h)
                 denoms.append(denom)
                 shapes.append((3, -(-header.height // denom), -(-header.width // denom)))
@@ -251,6 +266,12 @@ def run_scenario(root: Path, paths: list[str], scale: tuple, args, cores: int) -
         'batched fused, threads': lambda: loader(our_dataset(root, scale, 'worker',
                                                              decode_threads=cores), batch, 0,
                                                  fast_collate, True),
+        'batched, workers, dicts': lambda: loader(
+            our_dataset(root, scale, 'device', InstancesAsDicts), batch, args.workers,
+            fast_collate, True),
+        'batched fused, workers, dicts': lambda: loader(
+            our_dataset(root, scale, 'worker', InstancesAsDicts), batch, args.workers,
+            fast_collate, True),
         'ceiling, processes': lambda: loader(DecodeInWorkers(paths), batch, args.workers,
                                              shapes_only, False),
         'ceiling, threads': lambda: DecodeOnThreads(paths, batch, cores),
@@ -261,9 +282,10 @@ def run_scenario(root: Path, paths: list[str], scale: tuple, args, cores: int) -
             lambda w=workers: loader(mmdet_dataset(root, scale, False, 'turbojpeg'), batch, w,
                                      pseudo_collate, False))
     assert_same_batches(contenders['today, deferred'](), contenders['batched, workers'](),
-                        contenders['batched, threads']())
+                        contenders['batched, threads'](), contenders['batched, workers, dicts']())
     assert_same_batches(contenders['today, fused'](), contenders['batched fused, workers'](),
-                        contenders['batched fused, threads']())
+                        contenders['batched fused, threads'](),
+                        contenders['batched fused, workers, dicts']())
     result = {name: (0.0, 0.0) for name in contenders}
     for _ in range(args.rounds):
         for name, make in contenders.items():
@@ -285,11 +307,11 @@ def shut_down(ld) -> None:
     gc.collect()
 
 
-def phase_times(root: Path, scale: tuple, batch_size: int, cores: int,
-                passes: int) -> dict[str, float]:
+def phase_times(root: Path, scale: tuple, batch_size: int, cores: int, passes: int,
+                dataset_class=LazyCocoDataset) -> dict[str, float]:
     """Where a batched sample's time goes, threads mode (one process): ms per sample of each
     step, each timed around its own calls, after one untimed pass."""
-    dataset = our_dataset(root, scale, 'device', decode_threads=cores)
+    dataset = our_dataset(root, scale, 'device', dataset_class, decode_threads=cores)
     inner = dataset.dataset
     totals: dict[str, float] = {}
 
@@ -307,9 +329,14 @@ def phase_times(root: Path, scale: tuple, batch_size: int, cores: int,
     batches = seeded_batches(len(inner), batch_size)
     fast_collate(dataset.__getitems__(batches[0]))  # builds the fetcher, so it can be timed
     fetcher = inner._fetcher
-    annotations, loader, pack = inner.pipeline.transforms
-    timed(inner, 'get_data_info', 'get_data_info (store record to data_info)')
-    timed(annotations, 'transform', 'LoadLazyAnnotations')
+    _, loader, pack = inner.pipeline.transforms
+    annotations = fetcher.plan.before[0]  # LoadLazyAnnotations, or its ColumnarAnnotations
+    info = 'get_data_info' if fetcher.columns is None else 'data_info_without_instances'
+    timed(inner, info, 'data_info (the store record to a dict)')
+    timed(annotations, 'transform', 'annotations (LoadLazyAnnotations, or from the columns)')
+    if fetcher.columns is not None:
+        timed(fetcher.columns, 'prepare',
+              'the columns of the batch (ColumnarAnnotations.prepare)')
     timed(loader, 'plan', 'NativeLoadResizeFlip.plan (read, header, geometry, flip)')
     timed(fetcher, '_decode', 'decode_images_into (one call, the batch)')
     timed(loader, 'finish', 'NativeLoadResizeFlip.finish')
@@ -356,8 +383,10 @@ def main() -> None:
             paths = make_dataset(root, args.images, width, height, args.content)
             result = run_scenario(root, paths, scale, args, len(cores))
             rows.append((name, result))
-            phases.append((name, phase_times(root, scale, args.batch_size, len(cores),
-                                             args.passes)))
+            for mode, dataset_class in (('columns', LazyCocoDataset),
+                                        ('dicts', InstancesAsDicts)):
+                phases.append((f'{name}, {mode}', phase_times(
+                    root, scale, args.batch_size, len(cores), args.passes, dataset_class)))
             print(name, result, phases[-1], flush=True)
     load_after = os.getloadavg()
     write_report(args.out, report(rows, phases, args, cores, load_before, load_after))
@@ -429,7 +458,8 @@ def report(rows, phases, args, cores, load_before, load_after) -> list[str]:
              'fused ceiling']
     lines += ['', "## Resized in the worker (pixels_on='worker', the main job's pipeline)", '',
               'The same run. The fused ceiling is the native work of this path alone: read + '
-              '`decode_images_into` with the same resizes (and reduced decodes) on the threads.',
+              '`decode_images_into` with the same resizes (and reduced decodes) on the threads, '
+              'every other image flipped.',
               '', '| scenario | ' + ' | '.join(fused) + ' | batched fused / fused ceiling | '
               'batched fused / mmdet best | batched fused / today fused |',
               '|---|' + '---:|' * (len(fused) + 3)]
@@ -442,13 +472,27 @@ def report(rows, phases, args, cores, load_before, load_after) -> list[str]:
         lines.append(f'| {name} | ' + ' | '.join(row) + ' | ' + ' | '.join(
             f'{batched[0] / other[0]:.2f}x' for other in (
                 result['fused ceiling'], best_mmdet, result['today, fused'])) + ' |')
-    labels = list(phases[0][1])
+    columns = ['batched, workers, dicts', 'batched, workers', 'batched fused, workers, dicts',
+               'batched fused, workers']
+    lines += ['', "## Instances from the store's columns against per-instance dicts", '',
+              'The same run: the batched fetch with `LoadLazyAnnotations` read from the '
+              'store\'s columns for the whole batch (`ColumnarAnnotations`, the default) and as '
+              'before, through `get_data_info`\'s per-instance dicts.', '',
+              '| scenario | ' + ' | '.join(columns) + ' | deferred: columns / dicts | '
+              'fused: columns / dicts |', '|---|' + '---:|' * (len(columns) + 2)]
+    for name, result in rows:
+        row = [f'{result[k][0]:.1f} ({1000 * result[k][1]:.1f})' for k in columns]
+        lines.append(f'| {name} | ' + ' | '.join(row) + ' | ' + ' | '.join(
+            f'{result[a][0] / result[b][0]:.2f}x' for a, b in (
+                (columns[1], columns[0]), (columns[3], columns[2]))) + ' |')
+    labels = list(dict.fromkeys(label for _, times in phases for label in times))
     lines += ['', '## Where a batched sample\'s time goes (threads, one process)', '',
               f'ms per sample, {args.passes} passes after a warm-up, each step timed around its '
               f'own calls; the decode runs on {len(cores)} native threads.', '',
               '| step | ' + ' | '.join(name for name, _ in phases) + ' |',
               '|---|' + '---:|' * len(phases)]
-    lines += [f'| {label} | ' + ' | '.join(f'{times[label]:.3f}' for _, times in phases) + ' |'
+    lines += [f'| {label} | ' + ' | '.join(f'{times[label]:.3f}' if label in times else '-'
+                                           for _, times in phases) + ' |'
               for label in labels]
     return lines
 

@@ -47,7 +47,12 @@ from ..collate import allocate_batch
 from ..ops import decode_images_into
 from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
 from ..transforms.fused_mmdet_loading import MmdetLoadingPlan, fuse_mmdet_loading
+from .columnar_annotations import columnar_plan
 from .sample_seeds import load_seeded, seed_rngs
+
+# Whether a LoadLazyAnnotations reads the store's columns where it can (columnar_plan); off
+# only to measure what that saves (benchmarks/batched_fetch.py).
+COLUMNAR_ANNOTATIONS = True
 
 # Transforms allowed after the loader: they draw nothing at random and do not touch img, or, for
 # PackDetInputs, read it only to make the CHW tensor (a view of the batch buffer). Annotation
@@ -56,10 +61,13 @@ AFTER_LOADER = (LoadAnnotations, FilterAnnotations, PackDetInputs)
 
 
 class BatchPlan(NamedTuple):
-    """A recognised pipeline split at its loader (one transform, or several planned as one)."""
+    """A recognised pipeline split at its loader (one transform, or several planned as one);
+    ``instances``: whether its ``data_info`` lists them (else its annotation loader reads them
+    from the store's columns, ``columnar_plan``)."""
     before: list
     loader: Union[NativeLoadResizeFlip, MmdetLoadingPlan]
     after: list
+    instances: bool = True
 
 
 def batch_plan(transforms: Sequence) -> tuple[Optional[BatchPlan], str]:
@@ -143,7 +151,8 @@ class BatchedFetcher:
 
     def __init__(self, dataset: Any, plan: BatchPlan, decode_threads: Optional[int]) -> None:
         self.dataset = dataset
-        self.plan = plan
+        columnar = columnar_plan(dataset, plan) if COLUMNAR_ANNOTATIONS else None
+        self.plan, self.columns = columnar or (plan, None)
         self.decode_threads = decode_threads
         self._logged_fallback = False
 
@@ -165,6 +174,8 @@ class BatchedFetcher:
         return [load_seeded(self.dataset, index, seed) for index, seed in zip(indices, seeds)]
 
     def _fetch(self, indices: Sequence[int], seeds: list) -> list:
+        if self.columns is not None:
+            self.columns.prepare(indices)
         planned = []
         for index, seed in zip(indices, seeds):
             if seed is not None:
@@ -207,7 +218,8 @@ class BatchedFetcher:
                         'Please check your image path and pipeline')
 
     def _plan_one(self, index: int) -> Optional[tuple[dict, PendingDecode]]:
-        results = self.dataset.get_data_info(index)
+        results = self.dataset.get_data_info(index) if self.plan.instances \
+            else self.dataset.data_info_without_instances(index)
         for transform in self.plan.before:
             results = transform(results)
             if results is None:

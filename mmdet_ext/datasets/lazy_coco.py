@@ -268,6 +268,14 @@ class LazyCocoDataset(BaseDetDataset):
 
     def get_data_info(self, idx: int) -> dict:
         """A fresh ``data_info`` dict for sample ``idx`` (new objects on every call)."""
+        return self._data_info(idx, with_instances=True)
+
+    def data_info_without_instances(self, idx: int) -> dict:
+        """``get_data_info(idx)`` without ``instances``: for the batched fetch, which loads
+        them from the store's columns (``columnar_annotations.py``)."""
+        return self._data_info(idx, with_instances=False)
+
+    def _data_info(self, idx: int, with_instances: bool) -> dict:
         if not dataset_fully_initialized(self):
             self.full_init()
         row = int(self._rows[idx])
@@ -289,11 +297,13 @@ class LazyCocoDataset(BaseDetDataset):
             data_info['text'] = self.metainfo['classes']
             data_info['caption_prompt'] = self.caption_prompt
             data_info['custom_entities'] = True
-        start, end = store['instance_offsets'][row:row + 2]
-        data_info['instances'] = [
-            instance for instance in (self._instance(i, height, width) for i in range(start, end))
-            if instance is not None
-        ]
+        if with_instances:
+            start, end = store['instance_offsets'][row:row + 2]
+            data_info['instances'] = [
+                instance for instance in (self._instance(i, height, width)
+                                          for i in range(start, end))
+                if instance is not None
+            ]
         data_info['sample_idx'] = idx if idx >= 0 else len(self) + idx
         return data_info
 
