@@ -234,3 +234,19 @@ def test_batches_with_columns_equal_batches_with_dicts(toy_coco_root, monkeypatc
 
     _assert_same_samples(fetch(False), fetch(True))
 
+
+
+def test_a_sample_twice_in_a_batch_shares_nothing(toy_coco_root):
+    dataset = _dataset(toy_coco_root, toy_coco_root / 'annotations' / 'instances_train.json')
+    columns = ColumnarAnnotations(dataset, LoadLazyAnnotations(with_bbox=True, box_type=None))
+    columns.prepare([1, 1])
+    first, second = (columns(dataset.data_info_without_instances(1)) for _ in range(2))
+    want = {key: np.copy(second[key]) for key in ('gt_bboxes', 'gt_ignore_flags',
+                                                  'gt_bboxes_labels')}
+    polygon = second['gt_masks'].items[0][0].copy()
+    for key in want:
+        first[key][...] = 1  # a consumer changing its sample in place
+    first['gt_masks'].items[0][0][...] = -1
+    for key, value in want.items():
+        np.testing.assert_array_equal(second[key], value, err_msg=key)
+    np.testing.assert_array_equal(second['gt_masks'].items[0][0], polygon)

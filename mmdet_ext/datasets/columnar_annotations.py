@@ -70,12 +70,14 @@ class ColumnarAnnotations:
         if kept is None:
             kept = self._kept_instances([sample])[0]
         loader = self.loader
+        # Fresh arrays for every call, as the dicts give: a sample twice in a batch, or changed
+        # in place downstream, shares nothing with another.
         if loader.with_bbox:
-            results['gt_bboxes'] = kept.boxes if loader.box_type is None else \
+            results['gt_bboxes'] = kept.boxes.copy() if loader.box_type is None else \
                 get_box_type(loader.box_type)[1](kept.boxes, dtype=torch.float32)
-            results['gt_ignore_flags'] = kept.iscrowd
+            results['gt_ignore_flags'] = kept.iscrowd.copy()
         if loader.with_label:
-            results['gt_bboxes_labels'] = kept.labels
+            results['gt_bboxes_labels'] = kept.labels.copy()
         if loader.with_mask:
             results['gt_masks'], invalid = self._masks(results, kept.rows)
             results['gt_ignore_flags'] = kept.iscrowd | invalid
@@ -106,11 +108,11 @@ class ColumnarAnnotations:
         labels = np.array([dataset.cat2label[categories[i]] for i in kept.tolist()],
                           dtype=np.int64)
         iscrowd = store['iscrowd'][rows[kept]].astype(bool)
-        # Where each sample's kept instances start and end among all the kept ones.
+        # Where each sample's kept instances start and end among all the kept ones (views:
+        # transform copies what it hands out).
         bounds = np.searchsorted(kept, np.append(first_of_sample, counts.sum())).tolist()
-        # Copies: a view would carry the whole batch's array wherever the sample goes.
-        return [KeptInstances(rows[kept[a:b]], iscrowd[a:b].copy(), boxes[a:b].copy(),
-                              labels[a:b].copy()) for a, b in zip(bounds[:-1], bounds[1:])]
+        return [KeptInstances(rows[kept[a:b]], iscrowd[a:b], boxes[a:b], labels[a:b])
+                for a, b in zip(bounds[:-1], bounds[1:])]
 
     def _masks(self, results: dict, rows: np.ndarray) -> tuple[Any, np.ndarray]:
         """(``gt_masks`` as ``LoadLazyAnnotations._load_masks`` makes them, which instances it
