@@ -1,8 +1,8 @@
 // CPU kernel of mmdet_ext::warp_image: resize then flip an HxWxC uint8 image in one native call and
 // write it channel-planar (CxHxW), the layout the model takes: PackDetInputs' HWC -> CHW copy then
-// finds the pixels already in place and copies nothing. The arithmetic is OpenCV's (cv::resize,
-// cv::flip), the same calls mmcv.imresize/imflip make. A build without OpenCV registers a kernel
-// that says so instead (optional_libraries.h).
+// finds the pixels already in place and copies nothing. The arithmetic is OpenCV's cv::resize, the
+// call mmcv.imresize makes, and the flip gives cv::flip's (mmcv.imflip's) bits (warp_planar.h). A
+// build without OpenCV registers a kernel that says so instead (optional_libraries.h).
 #include <torch/library.h>
 #include <torch/types.h>
 
