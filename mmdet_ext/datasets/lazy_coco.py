@@ -308,7 +308,9 @@ class LazyCocoDataset(BaseDetDataset):
         return data_info
 
     def _instance(self, i: int, height: int, width: int) -> Optional[dict]:
-        """Instance ``i`` in mmdet's format, or None where ``CocoDataset.parse_data_info`` drops it."""
+        """Instance ``i`` in mmdet's format, or None where ``CocoDataset.parse_data_info`` drops
+        it. The batched fetch applies the same rules to a whole batch with array operations
+        (``ColumnarAnnotations._kept_instances``): change both together (the tests compare)."""
         store = self.store
         if store['ignore'][i]:
             return None
