@@ -18,7 +18,9 @@ packages, so an upgrade that renames, removes or reshapes one fails there, namin
 - :data:`FAMILY_DIFFERENCES`: behaviour we depend on that the two families do differently (the
   fork's ``skip_iter`` resume, its mask API), what each family does, and the code that copes.
 """
+import bisect
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union
 
 import cv2
@@ -128,8 +130,9 @@ PRIVATE_ATTRIBUTES: dict[str, str] = {
 }
 
 # SHA-256 of ``inspect.getsource`` of the method itself (under mmdet's ``autocast_box_type``,
-# which wraps without ``functools.wraps``, that is the wrapped method, not the wrapper). The fork
-# left all four bodies as they were (onedl-mmengine 0.10.12, onedl-mmdetection 3.5.1).
+# which wraps without ``functools.wraps``, that is the wrapped method, not the wrapper; under
+# mmcv's ``cache_randomness``, its ``__wrapped__``). The fork left every body as it was
+# (onedl-mmengine 0.10.12, onedl-mmdetection 3.5.1, onedl-mmcv 2.3.6).
 def _same_in_both(digest: str) -> dict[str, str]:
     return {family: digest for family in READ_FROM}
 
@@ -144,6 +147,21 @@ COPIED_SOURCES: dict[str, CopiedSource] = {
     'mmdet.datasets.transforms.RandomFlip._flip': CopiedSource(
         _same_in_both('90087eb768fb57f13ac28188b4b0ed8e95908e4ea092364462829f3d21e0b12a'),
         'mmdet_ext.transforms.NativeLoadResizeFlip._flip_annotations'),
+    'mmcv.transforms.RandomFlip._choose_direction': CopiedSource(
+        _same_in_both('7435829fdf4044609d361cb52c0f7dc0e693919d1a354dfd3fb45b2dfcf9bced'),
+        'mmdet_ext._compat.choose_flip_direction (its draw)'),
+    'mmdet.datasets.transforms.Resize._resize_bboxes': CopiedSource(
+        _same_in_both('4e65b1052dbf6ba9d92cd461b3e464db93b9865a7a8676d823f0af31a2ca9a6a'),
+        'mmdet_ext.transforms.box_geometry.rescale_and_clip'),
+    'mmdet.structures.bbox.HorizontalBoxes.rescale_': CopiedSource(
+        _same_in_both('97e528ad0c3447e97493e0cf2b9b09046408bfb26ccd46ddf81ac74171ce6745'),
+        'mmdet_ext.transforms.box_geometry.rescale_and_clip'),
+    'mmdet.structures.bbox.HorizontalBoxes.clip_': CopiedSource(
+        _same_in_both('ad2e5aa38751b8981f53544da7f0294b6a54b641a07eea6e946990f9383fe1ee'),
+        'mmdet_ext.transforms.box_geometry.rescale_and_clip'),
+    'mmdet.structures.bbox.HorizontalBoxes.flip_': CopiedSource(
+        _same_in_both('cc2e1eeda398ee337d71e0abc43154b3aad04ffd2d86d026022a1cdfe002616c'),
+        'mmdet_ext.transforms.box_geometry.flip_boxes'),
     'mmdet.models.data_preprocessors.DetDataPreprocessor.forward': CopiedSource(
         _same_in_both('faacb6a74fa6137af0236da464c635279d816c8cd473929f469f0f85edaa3f15'),
         'mmdet_ext.models.FastDetDataPreprocessor._finish'),
@@ -195,8 +213,71 @@ def scale_size(size: tuple[int, int],
 
 
 def choose_flip_direction(flip: 'RandomFlip') -> Optional[str]:
-    """A flip direction (None: no flip) drawn by ``RandomFlip._choose_direction``, same RNG use."""
-    return flip._choose_direction()
+    """A flip direction (None: no flip) drawn as ``RandomFlip._choose_direction`` draws it.
+
+    Why not call it: ``np.random.choice(directions, p=probabilities)`` checks and converts its
+    arguments on every call, about 40 us per sample inside a batched fetch. For mmcv's own
+    ``_choose_direction`` (not overridden, no cached draw) with probabilities numpy accepts, the
+    same draw is one ``np.random.random_sample()`` -- the double ``choice`` takes from the same
+    global ``RandomState`` -- looked up in the cumulative probabilities ``choice`` computes
+    (``cdf.searchsorted(u, side='right')`` is ``bisect_right``). Anything else: mmcv's call.
+    """
+    table = _flip_draw_table(flip)
+    if table is None:
+        return flip._choose_direction()
+    directions, cdf = table
+    return directions[bisect.bisect_right(cdf, np.random.random_sample())]
+
+
+# (type, direction, prob) -> (directions, cumulative probabilities) or None: mmcv's call.
+_flip_draw_tables: dict = {}
+
+
+def _flip_draw_table(flip: 'RandomFlip') -> Optional[tuple[list, list[float]]]:
+    if getattr(flip, '_cache_enabled', False) or hasattr(flip, '_cache'):
+        return None  # cache_random_params: the decorator's cache decides (and clears)
+    direction, prob = flip.direction, flip.prob
+    try:
+        key = (type(flip), direction if isinstance(direction, str) else tuple(direction),
+               prob if isinstance(prob, float) else tuple(prob))
+        table = _flip_draw_tables.get(key, False)
+    except TypeError:  # unhashable: mmcv's call
+        return None
+    if table is False:
+        table = _flip_draw_tables[key] = _new_flip_draw_table(type(flip), direction, prob)
+    return table
+
+
+def _new_flip_draw_table(flip_type: type, direction: Any, prob: Any
+                         ) -> Optional[tuple[list, list[float]]]:
+    """``_choose_direction``'s directions and ``choice``'s cumulative probabilities, or None
+    where its outcome is not that lookup."""
+    from mmcv.transforms import RandomFlip as MmcvRandomFlip
+    chosen_by = next((k for k in flip_type.__mro__ if '_choose_direction' in vars(k)), None)
+    if chosen_by is not MmcvRandomFlip:
+        return None  # overridden
+    # _choose_direction's lists (each case its own branch: any other input is left to it).
+    if isinstance(direction, str):
+        directions = [direction, None]
+    elif isinstance(direction, Sequence):
+        directions = list(direction) + [None]
+    else:
+        return None
+    if isinstance(prob, list):
+        probabilities = prob + [1 - sum(prob)]
+    elif isinstance(prob, float):
+        single = prob / (len(directions) - 1)
+        probabilities = [single] * (len(directions) - 1) + [1. - prob]
+    else:
+        return None
+    p = np.array(probabilities, dtype=np.float64)
+    # choice refuses NaN, negatives and a sum off 1 by more than sqrt(eps): left to it, as is
+    # a sum near that bound (its compensated sum might decide otherwise).
+    if p.ndim != 1 or not np.isfinite(p).all() or (p < 0).any() or abs(p.sum() - 1) > 1e-12:
+        return None
+    cdf = p.cumsum()
+    cdf /= cdf[-1]
+    return directions, cdf.tolist()
 
 
 def draw_resize_scale(step: Any) -> Optional[int]:
@@ -210,9 +291,11 @@ def draw_resize_scale(step: Any) -> Optional[int]:
     return None
 
 
-def resize_annotations(resize: 'Resize', results: dict) -> None:
-    """Boxes, masks, seg map of ``results`` resized to ``scale_factor`` (``Resize._resize_*``)."""
-    resize._resize_bboxes(results)
+def resize_annotations(resize: 'Resize', results: dict, boxes: bool = True) -> None:
+    """Boxes (unless ``boxes`` is False), masks, seg map of ``results`` resized to
+    ``scale_factor`` (``Resize._resize_*``)."""
+    if boxes:
+        resize._resize_bboxes(results)
     resize._resize_masks(results)
     resize._resize_seg(results)
 

@@ -65,7 +65,9 @@ def resolve(name: str) -> Any:
 
 
 def undecorated(func: Callable) -> Callable:
-    """The method under mmdet's ``autocast_box_type``, which wraps without ``functools.wraps``."""
+    """The method under mmdet's ``autocast_box_type``, which wraps without ``functools.wraps``,
+    or under mmcv's ``cache_randomness`` (an object whose ``__wrapped__`` is the method)."""
+    func = getattr(func, '__wrapped__', func)
     while func.__closure__:
         inner = [c.cell_contents for c in func.__closure__ if inspect.isfunction(c.cell_contents)]
         if len(inner) != 1:

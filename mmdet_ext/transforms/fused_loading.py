@@ -14,6 +14,8 @@ from ..io import DEFAULT_MAX_PIXELS, ImageHeader
 from ..ops import warp_image
 from ..registry import TRANSFORMS
 from ..rounding import ceil_div
+from .box_geometry import (FLIP_DIRECTIONS, fast_boxes, flip_boxes, rescale_and_clip,
+                           resizes_boxes_as_mmdet)
 from .loading import ImageLoadError, decode_file_bytes, read_image_bytes
 
 # libjpeg decodes at 1/2, 1/4 and 1/8 of the size almost for free (it skips DCT coefficients).
@@ -263,7 +265,7 @@ class NativeLoadResizeFlip(BaseTransform):
         results['scale'] = scale
         results['scale_factor'] = (out_w / width, out_h / height)
         results['keep_ratio'] = self.resize.keep_ratio
-        resize_annotations(self.resize, results)
+        self._resize_annotations(results)
         record_homography(self.resize, results)
         if self.flip is not None:
             results['flip'] = direction is not None
@@ -323,11 +325,23 @@ class NativeLoadResizeFlip(BaseTransform):
         scale, out_size = self._target_size(width, height)
         return image, (width, height), scale, out_size
 
+    def _resize_annotations(self, results: dict) -> None:
+        """What ``Resize`` does to the annotations; boxes in numpy where that is exact."""
+        boxes = results.get('gt_bboxes', None)
+        in_numpy = fast_boxes(boxes) and resizes_boxes_as_mmdet(self.resize)
+        if in_numpy:
+            clip_to = results['img_shape'] if self.resize.clip_object_border else None
+            rescale_and_clip(boxes, results['scale_factor'], clip_to)
+        resize_annotations(self.resize, results, boxes=not in_numpy)
+
     def _flip_annotations(self, results: dict, direction: str) -> None:
         """What ``RandomFlip._flip`` does after flipping the image (flipped natively here)."""
         img_shape = results['img'].shape[:2]
-        if results.get('gt_bboxes', None) is not None:
-            results['gt_bboxes'].flip_(img_shape, direction)
+        boxes = results.get('gt_bboxes', None)
+        if fast_boxes(boxes) and direction in FLIP_DIRECTIONS:
+            flip_boxes(boxes, img_shape, direction)  # flip_'s arithmetic, in numpy
+        elif boxes is not None:
+            boxes.flip_(img_shape, direction)
         if results.get('gt_masks', None) is not None:
             results['gt_masks'] = results['gt_masks'].flip(direction)
         if results.get('gt_seg_map', None) is not None:
