@@ -1,4 +1,4 @@
-"""box_geometry's numpy resize, clip and flip against mmdet's HorizontalBoxes methods, bit for bit."""
+"""box_geometry's numpy resize, clip and flip against mmdet's HorizontalBoxes methods, bit-equal."""
 import numpy as np
 import pytest
 import torch

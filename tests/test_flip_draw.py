@@ -1,4 +1,4 @@
-"""_compat.choose_flip_direction draws what RandomFlip._choose_direction draws, with the same RNG use."""
+"""_compat.choose_flip_direction draws as RandomFlip._choose_direction does, same RNG use."""
 import numpy as np
 import pytest
 from mmcv.transforms import RandomFlip as MmcvRandomFlip

@@ -7,7 +7,7 @@ from mmcv.transforms import LoadImageFromFile
 from mmengine import fileio
 
 from ..io import (DEFAULT_MAX_PIXELS, ImageHeader, ImageHeaderError, image_format,
-                  read_image_header, read_regular_file)
+                  read_image_header, read_whole_regular_file)
 from ..ops import decode_image
 from ..registry import TRANSFORMS
 
@@ -41,7 +41,7 @@ def read_image_bytes(filename: str, backend_args: Optional[dict],
         if '://' in filename or backend_args:
             img_bytes = fileio.get(filename, backend_args=backend_args)
         else:  # never blocks on a pipe, never reads a device or a directory
-            img_bytes, _ = read_regular_file(filename)
+            img_bytes = read_whole_regular_file(filename)
         header = read_image_header(img_bytes, max_pixels) if image_format(img_bytes) else None
     except FileNotFoundError as err:
         raise ImageFileNotFoundError(f'cannot load {filename}: no such file') from err
