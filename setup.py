@@ -47,6 +47,7 @@ SOURCES_NEEDING = {
     'csrc/io/image_decoder.cpp': ('opencv4', 'libjpeg'),
     'csrc/io/jpeg_decoder.cpp': ('opencv4', 'libjpeg'),
     'csrc/io/exif_orientation.cpp': ('opencv4', 'libjpeg'),
+    'csrc/io/decode_one_planar.cpp': ('opencv4', 'libjpeg'),
 }
 # Each library's environment switch, and the C++ macro defined when it is built with.
 SWITCHES = {'opencv4': 'MMDET_EXT_WITH_OPENCV', 'libjpeg': 'MMDET_EXT_WITH_LIBJPEG',

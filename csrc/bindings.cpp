@@ -8,6 +8,7 @@
 #include <torch/extension.h>
 #include <torch/version.h>
 
+#include "io/decode_queue.h"
 #include "io/image_decoder.h"
 #include "store/store_bindings.h"
 
@@ -122,4 +123,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("opencv_num_threads", &me::opencv_num_threads,
         "cv::getNumThreads of the OpenCV the native ops use; None in a build without OpenCV.");
   me::bind_store(m);
+  me::bind_decode_queue(m);
 }

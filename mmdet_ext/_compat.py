@@ -244,6 +244,8 @@ def _flip_draw_table(flip: 'RandomFlip') -> Optional[tuple[list, list[float]]]:
     except TypeError:  # unhashable: mmcv's call
         return None
     if table is False:
+        if len(_flip_draw_tables) >= 64:  # a probability changed every step: keep it small
+            _flip_draw_tables.clear()
         table = _flip_draw_tables[key] = _new_flip_draw_table(type(flip), direction, prob)
     return table
 

@@ -272,9 +272,11 @@ def test_decode_images_into_opcheck():
 @pytest.mark.parametrize('pixels_on', PIXELS_ON)
 @pytest.mark.parametrize('resize', RESIZES)
 @pytest.mark.parametrize('color_type', ['color', 'grayscale'])
-def test_batch_equals_the_per_sample_path(toy_coco_root, resize, color_type, pixels_on):
+@pytest.mark.parametrize('decode_threads', [1, 2])  # 2, 'device': decoded while planned
+def test_batch_equals_the_per_sample_path(toy_coco_root, resize, color_type, pixels_on,
+                                          decode_threads):
     pipeline = _pipeline(resize, color_type, pixels_on=pixels_on)
-    batched = _dataset(toy_coco_root, pipeline)
+    batched = _dataset(toy_coco_root, pipeline, decode_threads=decode_threads)
     reference = _dataset(toy_coco_root, pipeline, batched_fetch=False)
     for seed in range(3):  # different flips each time
         samples = _batched(batched, INDICES, seed)
@@ -544,17 +546,21 @@ def _bad_records(work_dir):
 
 
 @pytest.mark.parametrize('pixels_on', PIXELS_ON)
+@pytest.mark.parametrize('decode_threads', [1, 2])  # 2, 'device': decoded while planned
 def test_bad_samples_are_skipped_and_replaced_as_in_the_per_sample_path(bad_root, tmp_path,
-                                                                        log_file, pixels_on):
+                                                                        log_file, pixels_on,
+                                                                        decode_threads):
     assert_bad_samples_skipped_as_per_sample(bad_root, tmp_path, log_file,
-                                             _pipeline(pixels_on=pixels_on))
+                                             _pipeline(pixels_on=pixels_on), decode_threads)
 
 
-def assert_bad_samples_skipped_as_per_sample(bad_root, tmp_path, log_file, pipeline):
+def assert_bad_samples_skipped_as_per_sample(bad_root, tmp_path, log_file, pipeline,
+                                             decode_threads=None):
     """Under 'skip', a batch with a truncated image (refused when read) and a corrupt one
     (refused when decoded) is the per-sample path's: same replacements, records and counts."""
     options = dict(validate=False, on_bad_sample='skip', max_bad_fraction=1.0, pipeline=pipeline)
-    dataset = _dataset(bad_root, work_dir=str(tmp_path / 'batched'), **options)
+    dataset = _dataset(bad_root, work_dir=str(tmp_path / 'batched'),
+                       decode_threads=decode_threads, **options)
     reference = _dataset(bad_root, work_dir=str(tmp_path / 'reference'), batched_fetch=False,
                          **options)
     indices = [0, 1, 2, 5, 6]
@@ -645,30 +651,42 @@ def test_the_runners_num_batch_per_epoch_slice_keeps_the_batched_fetch(toy_coco_
         assert len({image.untyped_storage().data_ptr() for image in batch['inputs']}) == 1
 
 
-def test_the_inflight_record_names_every_file_of_a_batch_decode(toy_coco_root, tmp_path):
+@pytest.mark.parametrize('decode_threads', [1, 2])
+def test_the_inflight_record_names_every_file_of_a_batch_decode(toy_coco_root, tmp_path,
+                                                                 decode_threads):
+    """One call after the plan (1 thread): the record names the batch's files while it runs.
+    Decoded while planned (overlapped_decode.py, 2 threads): every record written while images
+    are in flight names them before what the planning writes."""
     from mmdet_ext.datasets.inflight import RECORD_BYTES, InflightRecord, inflight_path
 
     class RecordingInflight(InflightRecord):
-        """The real record (a file in tmp_path), plus the list of what it was told."""
+        """The real record (a file in tmp_path), plus every text it held, read back."""
 
         def __init__(self, directory):
             super().__init__(directory)
-            self.told = []
+            self.held = []
 
-        def begin(self, description):
-            self.told.append(description)
-            super().begin(description)
+        def _write(self, text):
+            super()._write(text)
+            record = Path(inflight_path(str(tmp_path), os.getpid())).read_text()
+            self.held.append(record.strip())
 
-    dataset = _dataset(toy_coco_root)
+    dataset = _dataset(toy_coco_root, decode_threads=decode_threads)
     dataset.inflight = RecordingInflight(str(tmp_path))
     dataset.__getitems__([0, 5])
     paths = [str(toy_coco_root / 'train' / f'{i:06d}.jpg') for i in (0, 5)]
-    assert dataset.inflight.told == [
-        f'sample 0 (img_id=1, img_path={paths[0]})', f'sample 5 (img_id=6, img_path={paths[1]})',
-        f'batch decode of 2 images: sample 0 ({paths[0]}), sample 5 ({paths[1]})']
-    assert len(f'loading {dataset.inflight.told[-1]}') * 8 < RECORD_BYTES  # a batch of 16 fits
-    record = Path(inflight_path(str(tmp_path), os.getpid())).read_text()
-    assert record.strip() == 'idle'
+    samples = [f'sample 0 (img_id=1, img_path={paths[0]})',
+               f'sample 5 (img_id=6, img_path={paths[1]})']
+    both = f'batch decode of 2 images: sample 0 ({paths[0]}), sample 5 ({paths[1]})'
+    if decode_threads == 1:
+        assert dataset.inflight.held == [f'loading {samples[0]}', 'idle', f'loading {samples[1]}',
+                                         'idle', f'loading {both}', 'idle']
+    else:
+        first = f'batch decode of 1 images: sample 0 ({paths[0]})'
+        assert dataset.inflight.held == [
+            f'loading {samples[0]}', 'idle', f'{first}; idle', f'{first}; loading {samples[1]}',
+            f'{first}; idle', f'{both}; idle', 'idle']
+    assert len(f'loading {both}') * 8 < RECORD_BYTES  # a batch of 16 fits
 
 
 class BlockOnImage(BaseTransform):

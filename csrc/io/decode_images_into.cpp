@@ -23,6 +23,7 @@
 #include <opencv2/core.hpp>
 
 #include "image_decoder.h"
+#include "io/decode_one_planar.h"
 #include "transforms/warp_planar.h"
 #else
 #include "optional_libraries.h"
@@ -32,52 +33,6 @@ namespace mmdet_ext {
 namespace {
 
 #if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
-
-// Resize and flip of one image: out_height, out_width, flip (warp_planar.h's codes).
-struct Warp {
-  const int64_t* out_hw_flip;
-  int interpolation;
-};
-
-// Where an image goes in `out`: its planes plane_step bytes apart, its rows row_step apart.
-struct Layout {
-  int64_t plane_step;
-  int64_t row_step;
-};
-
-// Decodes one image into `out` at `dst` as [C, H, W]; throws when it is not `shape` (C, H, W).
-// With a warp, writes it resized and flipped instead, [C, out_height, out_width]. `layout` says
-// how far apart its planes and rows lie (packed, or a slot of a padded batch).
-void decode_one_planar(const at::Tensor& data, int64_t flags, int64_t scale_denom,
-                       int64_t max_pixels, const int64_t* shape, const Warp* warp,
-                       const Layout& layout, uint8_t* dst) {
-  const cv::Mat decoded =
-      decode_image_to_mat(data.data_ptr<uint8_t>(), data.numel(), flags, scale_denom, max_pixels);
-  TORCH_CHECK(decoded.channels() == shape[0] && decoded.rows == shape[1] &&
-                  decoded.cols == shape[2],
-              "decoded to ", decoded.channels(), "x", decoded.rows, "x", decoded.cols,
-              " (C x H x W), expected ", shape[0], "x", shape[1], "x", shape[2]);
-  if (warp != nullptr) {
-    const int64_t* hwf = warp->out_hw_flip;
-    warp_into_planar(decoded, cv::Size(static_cast<int>(hwf[1]), static_cast<int>(hwf[0])),
-                     warp->interpolation, static_cast<int>(hwf[2]), dst, layout.plane_step,
-                     layout.row_step);
-    return;
-  }
-  std::vector<cv::Mat> planes;
-  for (int64_t c = 0; c < shape[0]; ++c) {
-    planes.emplace_back(decoded.rows, decoded.cols, CV_8UC1, dst + c * layout.plane_step,
-                        static_cast<size_t>(layout.row_step));
-  }
-  split_into_planes(decoded, planes);  // each plane has its size and type: written into `out`
-}
-
-std::string error_text(const std::exception& err) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&err)) {
-    return c10_error->what_without_backtrace();
-  }
-  return err.what();
-}
 
 void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef scale_denoms,
                             c10::optional<int64_t> max_pixels, const at::Tensor& out,
@@ -146,7 +101,8 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
       try {
         const Warp warp{warps.has_value() ? warps->data() + 3 * i : nullptr,
                         static_cast<int>(interpolation)};
-        decode_one_planar(data[i], flags, scale_denoms[i], limit, shapes.data() + 3 * i,
+        decode_one_planar(data[i].data_ptr<uint8_t>(), data[i].numel(), flags, scale_denoms[i],
+                          limit, shapes.data() + 3 * i,
                           warps.has_value() ? &warp : nullptr, layouts[static_cast<size_t>(i)],
                           base + offsets[i]);
       } catch (const std::exception& err) {

@@ -48,6 +48,7 @@ from ..ops import decode_images_into
 from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
 from ..transforms.fused_mmdet_loading import MmdetLoadingPlan, fuse_mmdet_loading
 from .columnar_annotations import columnar_plan
+from .overlapped_decode import DecodeFailed, OverlappedDecode
 from .sample_seeds import load_seeded, seed_rngs
 
 # Whether a LoadLazyAnnotations reads the store's columns where it can (columnar_plan); off
@@ -155,6 +156,7 @@ class BatchedFetcher:
         self.plan, self.columns = columnar or (plan, None)
         self.decode_threads = decode_threads
         self._logged_fallback = False
+        self._overlap_capacity = 0  # bytes the last overlapped batch took
 
     def fetch(self, indices: Sequence[int], seeds: Optional[Sequence[int]] = None) -> list:
         """The samples of ``indices`` (each under its seed when given), as the per-sample path."""
@@ -176,15 +178,27 @@ class BatchedFetcher:
     def _fetch(self, indices: Sequence[int], seeds: list) -> list:
         if self.columns is not None:
             self.columns.prepare(indices)
+        overlapped = self._overlapped_decode(len(indices))
         planned = []
-        for index, seed in zip(indices, seeds):
-            if seed is not None:
-                # Not seeded_rngs: saving and restoring the states costs 0.12 ms per sample;
-                # fetch restores them once per batch. Nothing after the plan draws.
-                seed_rngs(seed)
-            planned.append(self._plan_sample(index))
-        images = self._decode([index for index, _, _ in planned],
-                              [pending for _, _, pending in planned])
+        try:
+            for index, seed in zip(indices, seeds):
+                if seed is not None:
+                    # Not seeded_rngs: saving and restoring the states costs 0.12 ms per sample;
+                    # fetch restores them once per batch. Nothing after the plan draws.
+                    seed_rngs(seed)
+                planned.append(self._plan_sample(index))
+                if overlapped is not None:
+                    overlapped.add(*planned[-1][::2])  # decoded while the next are planned
+            images = self._decode([index for index, _, _ in planned],
+                                  [pending for _, _, pending in planned]) \
+                if overlapped is None else overlapped.images()
+        except DecodeFailed as err:
+            raise _FallBack(str(err)) from err
+        finally:
+            if overlapped is not None:
+                overlapped.wait()  # nothing decodes on after the batch, whatever happened
+            if overlapped is not None and overlapped.used:
+                self._overlap_capacity = overlapped.used
         samples = []
         for (index, results, _), image in zip(planned, images):
             self.plan.loader.finish(results, image)
@@ -199,6 +213,16 @@ class BatchedFetcher:
                     raise _FallBack(f'{type(transform).__name__} returned None for sample {index}')
             samples.append(results)
         return samples
+
+    def _overlapped_decode(self, batch_size: int) -> Optional[OverlappedDecode]:
+        """Where images are decoded while the batch is planned (``overlapped_decode.py``):
+        ``pixels_on='device'``, in this process (not a DataLoader worker), on several threads."""
+        threads = self.decode_threads or default_decode_threads()
+        if self.plan.loader.pixels_on != 'device' or threads < 2 or \
+                torch.utils.data.get_worker_info() is not None:
+            return None
+        return OverlappedDecode(self.plan.loader, threads, batch_size, self._overlap_capacity,
+                                self.dataset.inflight)
 
     def _plan_sample(self, index: int) -> tuple[int, dict, PendingDecode]:
         """``BaseDataset.__getitem__`` up to the loader's plan: (the index loaded, results,

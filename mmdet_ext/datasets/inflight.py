@@ -32,9 +32,23 @@ class InflightRecord:
         self.directory = directory
         self._fd: Optional[int] = None
         self._pid: Optional[int] = None
+        self._background: Optional[str] = None
+        self._last = 'idle'
 
     def __getstate__(self) -> dict:
-        return {'directory': self.directory, '_fd': None, '_pid': None}
+        return {'directory': self.directory, '_fd': None, '_pid': None, '_background': None,
+                '_last': 'idle'}
+
+    @property
+    def background(self) -> Optional[str]:
+        """What this process loads besides the sample ``begin`` names (the images its decode
+        threads are on, ``overlapped_decode.py``), written before it; None: nothing."""
+        return self._background
+
+    @background.setter
+    def background(self, text: Optional[str]) -> None:
+        self._background = text
+        self._write(self._last)
 
     def _write(self, text: str) -> None:
         if self.directory is None:
@@ -44,6 +58,9 @@ class InflightRecord:
             self._fd = os.open(inflight_path(self.directory, os.getpid()),
                                os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             self._pid = os.getpid()
+        self._last = text
+        if self._background is not None:
+            text = f'{self._background}; {text}'
         data = text.encode()[:RECORD_BYTES - 1] + b'\n'
         os.pwrite(self._fd, data.ljust(RECORD_BYTES, b' '), 0)
 

@@ -1,0 +1,183 @@
+// mmdet_ext._C.DecodeQueue: images decoded one at a time on native threads that never take the
+// GIL, each into its place in a buffer, while Python goes on. Why: the batched fetch in the
+// training process (num_workers=0) plans a batch in Python, one sample after another; each image
+// can be decoded as soon as its plan is made (mmdet_ext/datasets/overlapped_decode.py). Python
+// threads cannot do it: a thread returning from a decode waits for the GIL, which the planning
+// thread holds for up to the switch interval (5 ms), so the decodes stall (measured: slower than
+// decoding after the plan). Here `submit` only queues the image (the GIL held for microseconds)
+// and `wait` releases the GIL and decodes what is still queued on the calling thread as well,
+// until every queued image is done (so a queue of cores - 1 threads leaves the planning thread a
+// core of its own, and uses every core once it waits). Each image is decoded as
+// decode_images_into decodes it (decode_one_planar), packed [C, H, W] at its offset.
+#include "io/decode_queue.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include <torch/extension.h>
+
+#if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
+#include "io/decode_one_planar.h"
+#else
+#include "optional_libraries.h"
+#endif
+
+namespace mmdet_ext {
+namespace {
+
+// Raw pointers, not tensors: dropping a reference to a tensor that Python also holds takes the
+// GIL in this torch (its Python object changes owner), which would stall these threads exactly
+// as Python threads stall. The caller keeps the tensors alive until wait() returns.
+struct DecodeTask {
+  int64_t tag;  // the caller's name for the image, returned with its error
+  const uint8_t* data;
+  int64_t data_size;
+  uint8_t* out;  // where the image goes
+  int64_t flags;
+  int64_t scale_denom;
+  int64_t max_pixels;
+  int64_t shape[3];
+};
+
+class DecodeQueue {
+ public:
+  explicit DecodeQueue(int64_t threads) : creator_pid_(getpid()) {
+    TORCH_CHECK(threads >= 1, "DecodeQueue: threads must be >= 1, got ", threads);
+    for (int64_t t = 0; t < threads; ++t) workers_.emplace_back([this] { serve(); });
+  }
+
+  ~DecodeQueue() {
+    if (getpid() != creator_pid_) {
+      // A forked child holds a copy of the object but none of the threads: nothing to join or
+      // detach. Leaked on purpose: a joinable std::thread's destructor would terminate.
+      new std::vector<std::thread>(std::move(workers_));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    work_ready_.notify_all();
+    for (std::thread& worker : workers_) worker.join();
+  }
+
+  // Queues the decode of `data` (encoded bytes) into `out` at `offset`, [C, H, W] = `shape`.
+  // Both must stay alive, unchanged, until wait() returns.
+  void submit(int64_t tag, const at::Tensor& data, int64_t flags, int64_t scale_denom,
+              int64_t max_pixels, const at::Tensor& out, int64_t offset,
+              const std::vector<int64_t>& shape) {
+#if !(defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG))
+    fail_built_without("DecodeQueue", "OpenCV and libjpeg");
+#endif
+    TORCH_CHECK(getpid() == creator_pid_,
+                "DecodeQueue: made in another process (its threads were not forked)");
+    TORCH_CHECK(data.device().is_cpu() && data.scalar_type() == at::kByte && data.dim() == 1 &&
+                    data.is_contiguous(),
+                "DecodeQueue: expected contiguous 1-D CPU uint8 encoded bytes, got ",
+                data.scalar_type(), " ", data.sizes(), " on ", data.device());
+    TORCH_CHECK(out.device().is_cpu() && out.scalar_type() == at::kByte && out.dim() == 1 &&
+                    out.is_contiguous(),
+                "DecodeQueue: out must be a contiguous 1-D CPU uint8 tensor, got ",
+                out.scalar_type(), " ", out.sizes(), " on ", out.device());
+    TORCH_CHECK(shape.size() == 3 && shape[0] >= 1 && shape[0] <= 4 && shape[1] > 0 &&
+                    shape[2] > 0,
+                "DecodeQueue: bad expected shape ", c10::IntArrayRef(shape));
+    const int64_t size = shape[0] * shape[1] * shape[2];
+    TORCH_CHECK(offset >= 0 && offset <= out.numel() - size, "DecodeQueue: the image (", size,
+                " bytes at offset ", offset, ") does not fit in out (", out.numel(), " bytes)");
+    DecodeTask task{tag, data.data_ptr<uint8_t>(), data.numel(),
+                    out.data_ptr<uint8_t>() + offset, flags, scale_denom, max_pixels,
+                    {shape[0], shape[1], shape[2]}};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tasks_.push_back(std::move(task));
+      ++pending_;
+    }
+    work_ready_.notify_one();
+  }
+
+  // Decodes queued images in the calling thread too (the caller releases the GIL) until every
+  // submitted image is decoded; returns (tag, error) of each that failed since the last wait.
+  std::vector<std::pair<int64_t, std::string>> wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!tasks_.empty()) run_next(lock);
+    all_done_.wait(lock, [this] { return pending_ == 0; });
+    return std::exchange(errors_, {});
+  }
+
+ private:
+  void serve() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      work_ready_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stopping, nothing left
+      run_next(lock);
+    }
+  }
+
+  // Takes the next task and decodes it with `lock` released; `lock` is held again on return.
+  void run_next(std::unique_lock<std::mutex>& lock) {
+    DecodeTask task = tasks_.front();
+    tasks_.pop_front();
+    lock.unlock();
+    std::string error = decode(task);
+    lock.lock();
+    if (!error.empty()) errors_.emplace_back(task.tag, std::move(error));
+    if (--pending_ == 0) all_done_.notify_all();
+  }
+
+  static std::string decode(const DecodeTask& task) {
+#if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
+    try {
+      const Layout packed{task.shape[1] * task.shape[2], task.shape[2]};
+      decode_one_planar(task.data, task.data_size, task.flags, task.scale_denom,
+                        task.max_pixels, task.shape, nullptr, packed, task.out);
+      return {};
+    } catch (const std::exception& err) {
+      return error_text(err);
+    }
+#else
+    return "built without OpenCV and libjpeg";
+#endif
+  }
+
+  const pid_t creator_pid_;
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable all_done_;
+  std::deque<DecodeTask> tasks_;
+  std::vector<std::pair<int64_t, std::string>> errors_;
+  int64_t pending_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+void bind_decode_queue(pybind11::module_& m) {
+  namespace py = pybind11;
+  py::class_<DecodeQueue>(m, "DecodeQueue",
+                          "Images decoded on native threads (no GIL) while Python goes on: "
+                          "submit() queues one, wait() returns when all are done.")
+      .def(py::init<int64_t>(), py::arg("threads"))
+      .def("submit", &DecodeQueue::submit, py::arg("tag"), py::arg("data"), py::arg("flags"),
+           py::arg("scale_denom"), py::arg("max_pixels"), py::arg("out"), py::arg("offset"),
+           py::arg("shape"),
+           "Queue the decode of `data` into `out[offset:]` as [C, H, W] = `shape`, as "
+           "decode_images_into decodes an image (packed, no warp). Keep both tensors alive "
+           "until wait() returns.")
+      .def("wait", &DecodeQueue::wait, py::call_guard<py::gil_scoped_release>(),
+           "Wait for every queued image; [(tag, error)] of those that failed since the last "
+           "wait.");
+}
+
+}  // namespace mmdet_ext

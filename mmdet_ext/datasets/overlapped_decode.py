@@ -1,0 +1,134 @@
+"""A batch's images decoded while the rest of the batch is still being planned (threads mode).
+
+Why: with ``num_workers=0`` the batched fetch runs in the training process: the plan of every
+sample (Python, one thread), then ``decode_images_into`` on every core, then the transforms after
+the loader. While Python plans, the other cores have nothing to do: at 640x480 the plan takes
+about a third of the decode's wall time on 2 cores (``benchmarks/results/batched_fetch.md``).
+Here each image is queued for decoding as soon as its plan says where it goes, and is decoded
+while the next samples are planned.
+
+Where: ``pixels_on='device'`` batches, whose images lie one after another in a flat buffer (an
+image's offset is known once the images before it are planned), decoded in this process on more
+than one thread. A ``pixels_on='worker'`` batch is written into the slots of a padded batch whose
+size only the last plan tells; it keeps the one call after planning. In a DataLoader worker the
+workers are the parallelism, and nothing changes.
+
+How: the images go to ``_C.DecodeQueue`` (csrc/io/decode_queue.cpp), native threads that never
+take the GIL; Python threads could not do it, as a thread coming back from a decode waits for the
+GIL that the planning thread holds (measured: slower than one call after the plan). Each image is
+decoded as ``decode_images_into`` decodes it: the same pixels. The buffer is allocated at the
+first image, for the bytes the last batch took (or this image's size times the batch size), a
+quarter more; an image that does not fit waits for the decodes in flight, then the buffer grows
+and what is decoded is copied over (once, rarely). While images are in flight the in-flight
+record lists them before whatever the planning writes, so a decoder crash is still named.
+"""
+import os
+import threading
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from .._native import _C
+from ..io import DEFAULT_MAX_PIXELS
+from ..ops.image import IMREAD_FLAGS
+from ..transforms.fused_loading import PendingDecode
+
+
+class DecodeFailed(RuntimeError):
+    """Images of the batch that did not decode to their planned shape (each named)."""
+
+
+# (pid, threads) -> DecodeQueue. Never removed: a forked child keeps its parent's entries (whose
+# threads it does not have) and makes its own under its pid.
+_queues: dict[tuple[int, int], Any] = {}
+_queues_lock = threading.Lock()
+
+
+def decode_queue(threads: int) -> Any:
+    """This process's ``_C.DecodeQueue`` of ``threads`` native threads (made on first use)."""
+    key = (os.getpid(), threads)
+    with _queues_lock:
+        queue = _queues.get(key)
+        if queue is None:
+            queue = _queues[key] = _C.DecodeQueue(threads)
+        return queue
+
+
+class OverlappedDecode:
+    """The flat buffer of one ``pixels_on='device'`` batch, filled as its images are planned."""
+
+    def __init__(self, loader: Any, threads: int, batch_size: int, capacity_hint: int,
+                 inflight: Any) -> None:
+        self.loader = loader
+        # One thread fewer than the decode threads: the planning thread keeps a core while it
+        # plans, and decodes what is left when it waits (DecodeQueue.wait).
+        self.queue = decode_queue(threads - 1)
+        self.batch_size = batch_size
+        self.capacity_hint = capacity_hint
+        self.inflight = inflight
+        self.buffer: Optional[torch.Tensor] = None
+        self.used = 0
+        self.layout: list[tuple[int, tuple[int, int, int]]] = []  # (offset, shape) per image
+        self.names: list[str] = []  # of the images queued, by their position in the queue
+        # The queue holds raw pointers: every tensor it reads or writes stays referenced here
+        # until wait() returns.
+        self.referenced: list[torch.Tensor] = []
+        self.in_flight = False
+
+    def add(self, index: int, pending: PendingDecode) -> None:
+        """Place the next image of the batch and queue its decode."""
+        size = int(np.prod(pending.shape))
+        if self.buffer is None:
+            capacity = max(self.capacity_hint, size * self.batch_size)
+            self.buffer = torch.empty(capacity + capacity // 4, dtype=torch.uint8)
+        elif self.used + size > self.buffer.numel():
+            self._grow(self.used + size)
+        offset = self.used
+        self.used += size
+        self.layout.append((offset, pending.shape))
+        if pending.encoded is None:  # plan decoded it (a format without a header reader)
+            self.buffer[offset:offset + size].view(pending.shape).copy_(pending.decoded)
+            return
+        self.names.append(f'sample {index} ({pending.filename})')
+        self.inflight.background = f'batch decode of {len(self.names)} images: ' + \
+            ', '.join(self.names)
+        max_pixels = DEFAULT_MAX_PIXELS if self.loader.max_pixels is None \
+            else self.loader.max_pixels
+        self.referenced += [pending.encoded, self.buffer]
+        self.queue.submit(len(self.names) - 1, pending.encoded,
+                          IMREAD_FLAGS[self.loader.color_type], pending.scale_denom, max_pixels,
+                          self.buffer, offset, list(pending.shape))
+        self.in_flight = True
+
+    def images(self) -> list[torch.Tensor]:
+        """Every image of the batch, Tensor[C, H, W] views of one buffer, once all are decoded.
+
+        Raises:
+            DecodeFailed: naming each image that did not decode (the others are decoded).
+        """
+        self._wait_or_raise()
+        return [self.buffer[offset:offset + int(np.prod(shape))].view(shape)
+                for offset, shape in self.layout]
+
+    def wait(self) -> list[str]:
+        """Wait for every decode in flight; '<image>: <error>' for each that failed."""
+        if not self.in_flight:
+            return []
+        failed = self.queue.wait()
+        self.in_flight = False
+        self.referenced = []
+        self.inflight.background = None
+        return [f'{self.names[tag]}: {error}' for tag, error in sorted(failed)]
+
+    def _wait_or_raise(self) -> None:
+        errors = self.wait()
+        if errors:
+            raise DecodeFailed('; '.join(errors))
+
+    def _grow(self, needed: int) -> None:
+        """A larger buffer, with what is decoded so far (the decodes in flight finished)."""
+        self._wait_or_raise()
+        grown = torch.empty(max(needed + needed // 4, 2 * self.buffer.numel()), dtype=torch.uint8)
+        grown[:self.used].copy_(self.buffer[:self.used])
+        self.buffer = grown

@@ -1,0 +1,155 @@
+"""Images decoded while a batch is planned: ``_C.DecodeQueue`` (native threads, no GIL) decodes
+each image as ``decode_image(..., planar=True)`` does, names each failure, checks its arguments
+before queueing, works again in a forked child; ``OverlappedDecode`` places a batch's images one
+after another in a buffer that grows when they do not fit; the batched fetch that uses it gives
+the per-sample path's samples (tests/test_batched_fetch.py runs it too, in threads mode)."""
+import multiprocessing
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from mmdet_ext import NativeLoadResizeFlip
+from mmdet_ext.datasets.inflight import InflightRecord
+from mmdet_ext.datasets.overlapped_decode import DecodeFailed, OverlappedDecode, decode_queue
+from mmdet_ext.io import DEFAULT_MAX_PIXELS
+from mmdet_ext.ops import decode_image
+from mmdet_ext.ops.image import IMREAD_FLAGS
+from mmdet_ext.transforms.fused_loading import PendingDecode
+from helpers.build import needs_native_decoding
+
+pytestmark = needs_native_decoding
+
+
+def _encoded(height, width, channels=3, seed=0, ext='.jpg'):
+    rng = np.random.default_rng(seed)
+    img = cv2.GaussianBlur((rng.random((height, width, channels)) * 255).astype(np.uint8),
+                           (5, 5), 0).reshape(height, width, channels)
+    ok, data = cv2.imencode(ext, img)
+    assert ok
+    return torch.from_numpy(data.reshape(-1).copy())
+
+
+IMAGES = [(_encoded(480, 640, seed=1), 1), (_encoded(301, 199, seed=2), 2),
+          (_encoded(37, 18, 1, seed=3), 4), (_encoded(64, 48, seed=4, ext='.png'), 2),
+          (_encoded(120, 160, seed=5), 8)]
+
+
+@pytest.mark.parametrize('threads', [1, 3])
+@pytest.mark.parametrize('color_type', ['color', 'grayscale'])
+def test_queue_decodes_each_image_as_decode_image(threads, color_type):
+    queue = decode_queue(threads)
+    expected = [decode_image(data, color_type, denom, planar=True) for data, denom in IMAGES]
+    order = [3, 0, 4, 1, 2]  # offsets in another order than the queue's
+    offsets, position = {}, 0
+    for i in order:
+        offsets[i], position = position, position + expected[i].numel()
+    out = torch.full((position + 5,), 77, dtype=torch.uint8)
+    for round_ in range(3):  # the same queue again and again
+        out[:position] = 0
+        for i, (data, denom) in enumerate(IMAGES):
+            queue.submit(i, data, IMREAD_FLAGS[color_type], denom, DEFAULT_MAX_PIXELS, out,
+                         offsets[i], list(expected[i].shape))
+        assert queue.wait() == []
+        for i, image in enumerate(expected):
+            assert torch.equal(out[offsets[i]:offsets[i] + image.numel()].view(image.shape),
+                               image), (round_, i)
+        assert torch.equal(out[position:], torch.full((5,), 77, dtype=torch.uint8))
+
+
+def test_queue_names_each_failure_by_its_tag_and_decodes_the_rest():
+    queue = decode_queue(2)
+    good = _encoded(48, 64, seed=6)
+    truncated = good[:len(good) // 2].clone()
+    size = 3 * 48 * 64
+    out = torch.zeros(4 * size, dtype=torch.uint8)
+    queue.submit(10, good, 1, 1, DEFAULT_MAX_PIXELS, out, 0, [3, 48, 64])
+    queue.submit(11, truncated, 1, 1, DEFAULT_MAX_PIXELS, out, size, [3, 48, 64])
+    queue.submit(12, good, 1, 1, DEFAULT_MAX_PIXELS, out, 2 * size, [3, 64, 48])  # wrong shape
+    queue.submit(13, good, 1, 1, DEFAULT_MAX_PIXELS, out, 3 * size, [3, 48, 64])
+    failed = sorted(queue.wait())
+    assert [tag for tag, _ in failed] == [11, 12]
+    assert 'truncated JPEG' in failed[0][1]
+    assert 'decoded to 3x48x64 (C x H x W), expected 3x64x48' in failed[1][1]
+    expected = decode_image(good, planar=True).reshape(-1)
+    assert torch.equal(out[:size], expected) and torch.equal(out[3 * size:], expected)
+    assert queue.wait() == []  # reported once
+
+
+def test_queue_checks_its_arguments_before_queueing():
+    queue = decode_queue(1)
+    data = _encoded(48, 64, seed=7)
+    out = torch.zeros(3 * 48 * 64, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match=r'\(9216 bytes at offset 1\) does not fit'):
+        queue.submit(0, data, 1, 1, DEFAULT_MAX_PIXELS, out, 1, [3, 48, 64])
+    with pytest.raises(RuntimeError, match='bad expected shape'):
+        queue.submit(0, data, 1, 1, DEFAULT_MAX_PIXELS, out, 0, [5, 48, 64])
+    with pytest.raises(RuntimeError, match='out must be a contiguous 1-D CPU uint8'):
+        queue.submit(0, data, 1, 1, DEFAULT_MAX_PIXELS, out.view(3, -1).t(), 0, [3, 48, 64])
+    with pytest.raises(RuntimeError, match='encoded bytes'):
+        queue.submit(0, data.int(), 1, 1, DEFAULT_MAX_PIXELS, out, 0, [3, 48, 64])
+    assert queue.wait() == [] and not out.any()
+
+
+def _decode_in_child(result):
+    data = _encoded(48, 64, seed=8)
+    out = torch.zeros(3 * 48 * 64, dtype=torch.uint8)
+    queue = decode_queue(2)
+    queue.submit(0, data, 1, 1, DEFAULT_MAX_PIXELS, out, 0, [3, 48, 64])
+    result.put((queue.wait(), torch.equal(out.view(3, 48, 64), decode_image(data, planar=True))))
+
+
+def test_a_forked_child_gets_its_own_queue():
+    decode_queue(2)  # the parent's, with its threads: the child inherits the object only
+    context = multiprocessing.get_context('fork')
+    result = context.Queue()
+    child = context.Process(target=_decode_in_child, args=(result,))
+    child.start()
+    assert result.get(timeout=120) == ([], True)
+    child.join(timeout=120)
+    assert child.exitcode == 0
+    test_queue_names_each_failure_by_its_tag_and_decodes_the_rest()  # the parent's still works
+
+
+def _pending(data, denom, color_type='color', name='image.jpg'):
+    shape = tuple(decode_image(data, color_type, denom, planar=True).shape)
+    return PendingDecode(name, data, denom, shape)
+
+
+def test_a_batch_larger_than_its_buffer_grows_it_and_keeps_what_was_decoded():
+    loader = NativeLoadResizeFlip(scale=(100, 100), pixels_on='device')
+    small, large = _encoded(16, 16, seed=9), _encoded(480, 640, seed=10)
+    pendings = [_pending(small, 1), _pending(large, 1), _pending(small, 1), _pending(large, 2),
+                _pending(large, 1)]
+    decode = OverlappedDecode(loader, 3, batch_size=len(pendings), capacity_hint=0,
+                              inflight=InflightRecord(None))
+    for index, pending in enumerate(pendings):
+        decode.add(index, pending)
+    assert decode.buffer.numel() >= decode.used > 16 * 16 * 3 * 5 * 5 // 4  # it grew
+    images = decode.images()
+    for image, pending in zip(images, pendings):
+        assert torch.equal(image, decode_image(pending.encoded, 'color', pending.scale_denom,
+                                               planar=True))
+    starts = [image.storage_offset() for image in images]
+    assert starts == [0, *np.cumsum([image.numel() for image in images])[:-1].tolist()]
+    assert all(image.untyped_storage().data_ptr() == decode.buffer.untyped_storage().data_ptr()
+               for image in images)
+
+
+def test_a_failed_image_is_named_and_the_others_are_decoded():
+    loader = NativeLoadResizeFlip(scale=(100, 100), pixels_on='device')
+    good = _encoded(48, 64, seed=11)
+    pendings = [_pending(good, 1, name='a.jpg'), _pending(good, 1, name='b.jpg')._replace(
+        encoded=good[:len(good) // 2].clone()), _pending(good, 1, name='c.jpg')]
+    decode = OverlappedDecode(loader, 2, batch_size=3, capacity_hint=0,
+                              inflight=InflightRecord(None))
+    for index, pending in zip([4, 7, 9], pendings):
+        decode.add(index, pending)
+    with pytest.raises(DecodeFailed,
+                       match=r'^sample 7 \(b.jpg\): decode_image: truncated JPEG [^;]*$'):
+        decode.images()
+    expected = decode_image(good, planar=True).reshape(-1)
+    size = expected.numel()
+    assert torch.equal(decode.buffer[:size], expected)
+    assert torch.equal(decode.buffer[2 * size:3 * size], expected)
