@@ -156,7 +156,7 @@ class BatchedFetcher:
         self.plan, self.columns = columnar or (plan, None)
         self.decode_threads = decode_threads
         self._logged_fallback = False
-        self._overlap_capacity = 0  # bytes the last overlapped batch took
+        self._overlap_capacity = 0  # the most bytes an overlapped batch took
 
     def fetch(self, indices: Sequence[int], seeds: Optional[Sequence[int]] = None) -> list:
         """The samples of ``indices`` (each under its seed when given), as the per-sample path."""
@@ -197,8 +197,8 @@ class BatchedFetcher:
         finally:
             if overlapped is not None:
                 overlapped.wait()  # nothing decodes on after the batch, whatever happened
-            if overlapped is not None and overlapped.used:
-                self._overlap_capacity = overlapped.used
+            if overlapped is not None:
+                self._overlap_capacity = max(self._overlap_capacity, overlapped.used)
         samples = []
         for (index, results, _), image in zip(planned, images):
             self.plan.loader.finish(results, image)
