@@ -14,21 +14,12 @@ namespace mmdet_ext {
 void decode_one_planar(const uint8_t* data, int64_t size, int64_t flags, int64_t scale_denom,
                        int64_t max_pixels, const int64_t* shape, const Warp* warp,
                        const Layout& layout, uint8_t* dst) {
-  write_planar(decode_checked(data, size, flags, scale_denom, max_pixels, shape), warp, layout,
-               dst);
-}
-
-cv::Mat decode_checked(const uint8_t* data, int64_t size, int64_t flags, int64_t scale_denom,
-                       int64_t max_pixels, const int64_t* shape) {
-  cv::Mat decoded = decode_image_to_mat(data, size, flags, scale_denom, max_pixels);
+  const cv::Mat decoded =
+      decode_image_to_mat(data, size, flags, scale_denom, max_pixels);
   TORCH_CHECK(decoded.channels() == shape[0] && decoded.rows == shape[1] &&
                   decoded.cols == shape[2],
               "decoded to ", decoded.channels(), "x", decoded.rows, "x", decoded.cols,
               " (C x H x W), expected ", shape[0], "x", shape[1], "x", shape[2]);
-  return decoded;
-}
-
-void write_planar(const cv::Mat& decoded, const Warp* warp, const Layout& layout, uint8_t* dst) {
   if (warp != nullptr) {
     const int64_t* hwf = warp->out_hw_flip;
     warp_into_planar(decoded, cv::Size(static_cast<int>(hwf[1]), static_cast<int>(hwf[0])),
@@ -37,7 +28,7 @@ void write_planar(const cv::Mat& decoded, const Warp* warp, const Layout& layout
     return;
   }
   std::vector<cv::Mat> planes;
-  for (int c = 0; c < decoded.channels(); ++c) {
+  for (int64_t c = 0; c < shape[0]; ++c) {
     planes.emplace_back(decoded.rows, decoded.cols, CV_8UC1, dst + c * layout.plane_step,
                         static_cast<size_t>(layout.row_step));
   }

@@ -8,8 +8,6 @@
 #include <exception>
 #include <string>
 
-#include <opencv2/core.hpp>
-
 namespace mmdet_ext {
 
 // Resize and flip of one image: out_height, out_width, flip (warp_planar.h's codes).
@@ -24,21 +22,12 @@ struct Layout {
   int64_t row_step;
 };
 
-// Decodes one image (`size` encoded bytes at `data`) into `out` at `dst` as [C, H, W]; throws
-// when it is not `shape` (C, H, W). With a warp, writes it resized and flipped instead,
-// [C, out_height, out_width]. `layout` says
-// how far apart its planes and rows lie (packed, or a slot of a padded batch). The two halves:
-// decode_checked, then write_planar.
+// Decodes one image (`size` encoded bytes at `data`) into `out` at `dst` as [C, H, W]; throws when it is not `shape` (C, H, W).
+// With a warp, writes it resized and flipped instead, [C, out_height, out_width]. `layout` says
+// how far apart its planes and rows lie (packed, or a slot of a padded batch).
 void decode_one_planar(const uint8_t* data, int64_t size, int64_t flags, int64_t scale_denom,
                        int64_t max_pixels, const int64_t* shape, const Warp* warp,
                        const Layout& layout, uint8_t* dst);
-
-// The image decoded (interleaved, as decode_image_to_mat); throws when it is not `shape`.
-cv::Mat decode_checked(const uint8_t* data, int64_t size, int64_t flags, int64_t scale_denom,
-                       int64_t max_pixels, const int64_t* shape);
-
-// A decoded image written at `dst` as [C, H, W] planes (warped first, with a warp).
-void write_planar(const cv::Mat& decoded, const Warp* warp, const Layout& layout, uint8_t* dst);
 
 // An exception's message without a c10 backtrace.
 std::string error_text(const std::exception& err);
