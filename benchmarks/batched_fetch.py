@@ -64,6 +64,7 @@ from benchmarks.make_scale_coco import SIZES
 from benchmarks.make_scale_coco import write as write_coco_json
 from benchmarks.photos import load_photos, photo_crop
 from mmdet_ext import LazyCocoDataset, fast_collate
+from mmdet_ext.datasets.overlapped_decode import OverlappedDecode
 from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset, SeededKey
 from mmdet_ext.io import read_image_header
 from mmdet_ext.ops import decode_image, decode_images_into
@@ -339,6 +340,12 @@ def phase_times(root: Path, scale: tuple, batch_size: int, cores: int, passes: i
               'the columns of the batch (ColumnarAnnotations.prepare)')
     timed(loader, 'plan', 'NativeLoadResizeFlip.plan (read, header, geometry, flip)')
     timed(fetcher, '_decode', 'decode_images_into (one call, the batch)')
+    # Threads mode decodes while it plans (overlapped_decode.py): what the planning thread
+    # spends queueing the images, and waiting for (and helping with) the rest of the decode.
+    overlapped = {name: getattr(OverlappedDecode, name) for name in ('add', 'images')}
+    timed(OverlappedDecode, 'add', 'queueing each image as it is planned (OverlappedDecode.add)')
+    timed(OverlappedDecode, 'images',
+          'the decode left after planning (OverlappedDecode.images: waits, decodes too)')
     timed(loader, 'finish', 'NativeLoadResizeFlip.finish')
     timed(pack, 'transform', 'PackDetInputs')
     timed(fetcher, 'fetch', 'whole fetch')
@@ -354,6 +361,8 @@ def phase_times(root: Path, scale: tuple, batch_size: int, cores: int, passes: i
     steps = sum(v for k, v in totals.items() if not k.startswith('whole'))
     totals['the rest of the fetch (seeded RNGs, bad-sample and in-flight bookkeeping)'] = (
         totals['whole fetch'] - steps)
+    for name, method in overlapped.items():  # the class's own methods again
+        setattr(OverlappedDecode, name, method)
     return {label: 1000 * value / samples for label, value in totals.items()}
 
 
@@ -488,7 +497,10 @@ def report(rows, phases, args, cores, load_before, load_after) -> list[str]:
     labels = list(dict.fromkeys(label for _, times in phases for label in times))
     lines += ['', '## Where a batched sample\'s time goes (threads, one process)', '',
               f'ms per sample, {args.passes} passes after a warm-up, each step timed around its '
-              f'own calls; the decode runs on {len(cores)} native threads.', '',
+              f'own calls; the decode runs on {len(cores)} native threads, while the batch is '
+              'planned (one thread fewer then; the planning thread joins in once it has planned '
+              'the batch: `overlapped_decode.py`), so its time is what the planning thread '
+              'spends queueing images and waiting for the rest.', '',
               '| step | ' + ' | '.join(name for name, _ in phases) + ' |',
               '|---|' + '---:|' * len(phases)]
     lines += [f'| {label} | ' + ' | '.join(f'{times[label]:.3f}' if label in times else '-'

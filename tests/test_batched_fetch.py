@@ -30,6 +30,7 @@ from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset, SeededKey
 from mmdet_ext.ops import decode_image, decode_images_into, warp_image
 from mmdet_ext.transforms import DEFERRED_META_KEYS
 from helpers.build import needs_native_decoding
+from helpers.encoded_images import encoded_image as _jpeg
 from helpers.torch_features import requires_opcheck
 
 pytestmark = needs_native_decoding
@@ -108,15 +109,6 @@ def log_file(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # decode_images_into: each image as decode_image(planar=True) decodes it
 # ---------------------------------------------------------------------------------------------
-
-def _jpeg(height, width, channels=3, seed=0, ext='.jpg'):
-    rng = np.random.default_rng(seed)
-    img = cv2.GaussianBlur((rng.random((height, width, channels)) * 255).astype(np.uint8),
-                           (5, 5), 0).reshape(height, width, channels)
-    ok, data = cv2.imencode(ext, img)
-    assert ok
-    return torch.from_numpy(data.reshape(-1).copy())
-
 
 def _layout(shapes):
     sizes = [int(np.prod(shape)) for shape in shapes]

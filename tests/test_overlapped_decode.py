@@ -5,7 +5,6 @@ after another in a buffer that grows when they do not fit; the batched fetch tha
 the per-sample path's samples (tests/test_batched_fetch.py runs it too, in threads mode)."""
 import multiprocessing
 
-import cv2
 import numpy as np
 import pytest
 import torch
@@ -18,22 +17,14 @@ from mmdet_ext.ops import decode_image
 from mmdet_ext.ops.image import IMREAD_FLAGS
 from mmdet_ext.transforms.fused_loading import PendingDecode
 from helpers.build import needs_native_decoding
+from helpers.encoded_images import encoded_image
 
 pytestmark = needs_native_decoding
 
 
-def _encoded(height, width, channels=3, seed=0, ext='.jpg'):
-    rng = np.random.default_rng(seed)
-    img = cv2.GaussianBlur((rng.random((height, width, channels)) * 255).astype(np.uint8),
-                           (5, 5), 0).reshape(height, width, channels)
-    ok, data = cv2.imencode(ext, img)
-    assert ok
-    return torch.from_numpy(data.reshape(-1).copy())
-
-
-IMAGES = [(_encoded(480, 640, seed=1), 1), (_encoded(301, 199, seed=2), 2),
-          (_encoded(37, 18, 1, seed=3), 4), (_encoded(64, 48, seed=4, ext='.png'), 2),
-          (_encoded(120, 160, seed=5), 8)]
+IMAGES = [(encoded_image(480, 640, seed=1), 1), (encoded_image(301, 199, seed=2), 2),
+          (encoded_image(37, 18, 1, seed=3), 4), (encoded_image(64, 48, seed=4, ext='.png'), 2),
+          (encoded_image(120, 160, seed=5), 8)]
 
 
 @pytest.mark.parametrize('threads', [1, 3])
@@ -60,7 +51,7 @@ def test_queue_decodes_each_image_as_decode_image(threads, color_type):
 
 def test_queue_names_each_failure_by_its_tag_and_decodes_the_rest():
     queue = decode_queue(2)
-    good = _encoded(48, 64, seed=6)
+    good = encoded_image(48, 64, seed=6)
     truncated = good[:len(good) // 2].clone()
     size = 3 * 48 * 64
     out = torch.zeros(4 * size, dtype=torch.uint8)
@@ -79,7 +70,7 @@ def test_queue_names_each_failure_by_its_tag_and_decodes_the_rest():
 
 def test_queue_checks_its_arguments_before_queueing():
     queue = decode_queue(1)
-    data = _encoded(48, 64, seed=7)
+    data = encoded_image(48, 64, seed=7)
     out = torch.zeros(3 * 48 * 64, dtype=torch.uint8)
     with pytest.raises(RuntimeError, match=r'\(9216 bytes at offset 1\) does not fit'):
         queue.submit(0, data, 1, 1, DEFAULT_MAX_PIXELS, out, 1, [3, 48, 64])
@@ -93,7 +84,7 @@ def test_queue_checks_its_arguments_before_queueing():
 
 
 def _decode_in_child(result):
-    data = _encoded(48, 64, seed=8)
+    data = encoded_image(48, 64, seed=8)
     out = torch.zeros(3 * 48 * 64, dtype=torch.uint8)
     queue = decode_queue(2)
     queue.submit(0, data, 1, 1, DEFAULT_MAX_PIXELS, out, 0, [3, 48, 64])
@@ -119,7 +110,7 @@ def _pending(data, denom, color_type='color', name='image.jpg'):
 
 def test_a_batch_larger_than_its_buffer_grows_it_and_keeps_what_was_decoded():
     loader = NativeLoadResizeFlip(scale=(100, 100), pixels_on='device')
-    small, large = _encoded(16, 16, seed=9), _encoded(480, 640, seed=10)
+    small, large = encoded_image(16, 16, seed=9), encoded_image(480, 640, seed=10)
     pendings = [_pending(small, 1), _pending(large, 1), _pending(small, 1), _pending(large, 2),
                 _pending(large, 1)]
     decode = OverlappedDecode(loader, 3, batch_size=len(pendings), capacity_hint=0,
@@ -139,7 +130,7 @@ def test_a_batch_larger_than_its_buffer_grows_it_and_keeps_what_was_decoded():
 
 def test_a_failed_image_is_named_and_the_others_are_decoded():
     loader = NativeLoadResizeFlip(scale=(100, 100), pixels_on='device')
-    good = _encoded(48, 64, seed=11)
+    good = encoded_image(48, 64, seed=11)
     pendings = [_pending(good, 1, name='a.jpg'), _pending(good, 1, name='b.jpg')._replace(
         encoded=good[:len(good) // 2].clone()), _pending(good, 1, name='c.jpg')]
     decode = OverlappedDecode(loader, 2, batch_size=3, capacity_hint=0,
