@@ -15,7 +15,9 @@ How, in three passes over the batch:
    stopped at the loader's ``plan`` (every transform before it, the file read, the flip draw, the
    geometry); a bad sample is handled as the per-sample path handles it (``on_bad_sample``,
    ``max_refetch`` replacement draws).
-2. *Decode* the whole batch in one call (and warp it, ``pixels_on='worker'``).
+2. *Decode* the whole batch in one call (and warp it, ``pixels_on='worker'``). In the training
+   process (threads, no DataLoader workers) a ``pixels_on='device'`` batch is instead decoded
+   image by image as the plan goes, while the next samples are planned (``overlapped_decode.py``).
 3. *Finish*, per sample: the decoded image into ``results``, then the transforms after the loader.
 
 Samples come out exactly as the per-sample path makes them: same draws, same bytes (the tests
@@ -197,7 +199,6 @@ class BatchedFetcher:
         finally:
             if overlapped is not None:
                 overlapped.wait()  # nothing decodes on after the batch, whatever happened
-            if overlapped is not None:
                 self._overlap_capacity = max(self._overlap_capacity, overlapped.used)
         samples = []
         for (index, results, _), image in zip(planned, images):
