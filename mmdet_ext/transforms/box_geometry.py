@@ -5,7 +5,7 @@ seven to ten torch calls on a tensor of a few boxes, and each call costs microse
 about 80 us per sample inside a batched fetch, against a few for the same float32 operations in
 numpy (``benchmarks/results/batched_fetch.md``). The numbers are the same bits: the same IEEE
 float32 products, clamps and differences (the scale factor rounded to float32 as ``new_tensor``
-rounds it; ``np.clip`` keeps NaN and a zero's sign as ``Tensor.clamp`` does), each box on its own.
+rounds it; a clamp that keeps NaN and -0.0 as ``Tensor.clamp`` does), each box on its own.
 
 Only for what mmdet would compute the same way: the exact ``HorizontalBoxes`` class over a float32
 CPU tensor [N, 4] (``fast_boxes``); anything else goes through mmdet's own methods.
@@ -43,9 +43,16 @@ def rescale_and_clip(boxes: HorizontalBoxes, scale_factor: tuple, clip_to: Any =
     scaled = boxes.tensor.numpy() * np.array((scale_x, scale_y, scale_x, scale_y), np.float32)
     if clip_to is not None:
         for first, bound in ((0, clip_to[1]), (1, clip_to[0])):
-            columns = scaled[:, first::2]
-            np.clip(columns, np.float32(0), np.float32(bound), out=columns)
+            _clamp(scaled[:, first::2], np.float32(0), np.float32(bound))
     boxes.tensor = torch.from_numpy(scaled)
+
+
+def _clamp(values: np.ndarray, low: np.float32, high: np.float32) -> None:
+    """``values.clamp_(low, high)`` as torch does it, in place: only values below ``low`` or
+    above ``high`` change, so NaN and -0.0 stay (``np.clip`` turns -0.0 into 0.0 in numpy 1.x,
+    not in 2.x)."""
+    values[values < low] = low
+    values[values > high] = high
 
 
 def flip_boxes(boxes: HorizontalBoxes, img_shape: tuple, direction: str) -> None:
