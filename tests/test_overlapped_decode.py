@@ -95,11 +95,17 @@ def test_a_forked_child_gets_its_own_queue():
     decode_queue(2)  # the parent's, with its threads: the child inherits the object only
     context = multiprocessing.get_context('fork')
     result = context.Queue()
-    child = context.Process(target=_decode_in_child, args=(result,))
+    # daemon, and killed if it has not answered: a child that hangs fails the test, not the run
+    child = context.Process(target=_decode_in_child, args=(result,), daemon=True)
     child.start()
-    assert result.get(timeout=120) == ([], True)
-    child.join(timeout=120)
-    assert child.exitcode == 0
+    try:
+        assert result.get(timeout=120) == ([], True)
+        child.join(timeout=120)
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
     test_queue_names_each_failure_by_its_tag_and_decodes_the_rest()  # the parent's still works
 
 

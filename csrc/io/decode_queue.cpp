@@ -176,8 +176,8 @@ void bind_decode_queue(pybind11::module_& m) {
            "decode_images_into decodes an image (packed, no warp). Keep both tensors alive "
            "until wait() returns.")
       .def("wait", &DecodeQueue::wait, py::call_guard<py::gil_scoped_release>(),
-           "Wait for every queued image; [(tag, error)] of those that failed since the last "
-           "wait.");
+           "Decode what is still queued on this thread too, until every queued image is "
+           "done; [(tag, error)] of those that failed since the last wait.");
 }
 
 }  // namespace mmdet_ext
