@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 
 from mmdet_ext import LazyCocoDataset, LoadLazyAnnotations, NativeLoadResizeFlip, fast_collate
 from mmdet_ext import worker_buffers
-from mmdet_ext.datasets.batched_fetch import batch_plan
+from mmdet_ext.datasets.batched_fetch import batch_plan, reads_no_pixels
 from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset, SeededKey
 from mmdet_ext.ops import decode_image, decode_images_into, warp_image
 from mmdet_ext.transforms import DEFERRED_META_KEYS
@@ -333,6 +333,62 @@ def test_filter_annotations_after_the_loader_is_batched(toy_coco_root):
     samples = _batched(dataset, INDICES)
     _assert_same_samples(_per_sample(reference, INDICES), samples)
     assert _one_storage(samples)
+
+
+# What the in-flight record listed as decoding in the background (None: nothing) each time a
+# transform after the loader ran: the tests below see whether the pixels could still be decoding.
+_SEEN_DECODING = []
+
+
+class OwnPack(PackDetInputs):
+    """A PackDetInputs of the user's: it may read the pixels (mmdet's makes inputs from img)."""
+
+    def transform(self, results: dict) -> dict:
+        _SEEN_DECODING.append(self.inflight.background)
+        return super().transform(results)
+
+
+class OwnFilter(FilterAnnotations):
+    """A FilterAnnotations of the user's: it may read the pixels."""
+
+    def transform(self, results: dict) -> dict:
+        _SEEN_DECODING.append(self.inflight.background)
+        return super().transform(results)
+
+
+@pytest.mark.parametrize('after,pack,reads_none', [
+    ((), PackDetInputs(meta_keys=DEFERRED_META_KEYS), True),
+    ((FilterAnnotations(min_gt_bbox_wh=(40, 40)), ), PackDetInputs(meta_keys=DEFERRED_META_KEYS),
+     True),
+    ((), OwnPack(meta_keys=DEFERRED_META_KEYS), False),
+    ((OwnFilter(min_gt_bbox_wh=(40, 40)), ), PackDetInputs(meta_keys=DEFERRED_META_KEYS), False),
+    ((), PackDetInputs(meta_keys=DEFERRED_META_KEYS + ('img', )), False)])
+def test_samples_finished_while_decoding_only_where_nothing_reads_the_pixels(
+        toy_coco_root, monkeypatch, after, pack, reads_none):
+    """Threads, 'device': the samples are packed while the last images decode only where the
+    transforms after the loader are mmdet's own and leave the pixels unread; else after."""
+    pipeline = [*_pipeline()[:-1], *after, pack]
+    plan, why = batch_plan(pipeline)
+    assert plan is not None, why
+    assert reads_no_pixels(plan) == reads_none
+    batched = _dataset(toy_coco_root, pipeline, decode_threads=2)
+    reference = _dataset(toy_coco_root, pipeline, batched_fetch=False)
+    if type(pack) is PackDetInputs:  # mmdet's own: seen through its transform, still its type
+        packs = PackDetInputs.transform
+        monkeypatch.setattr(PackDetInputs, 'transform', lambda self, results: (
+            _SEEN_DECODING.append(self.inflight.background), packs(self, results))[1])
+    for transform in (*after, pack):
+        transform.inflight = batched.inflight
+    for seed in range(2):
+        want = _per_sample(reference, INDICES, seed)
+        _SEEN_DECODING.clear()
+        samples = _batched(batched, INDICES, seed)
+        assert len(_SEEN_DECODING) == len(INDICES) * (1 + sum(isinstance(t, OwnFilter)
+                                                           for t in after))
+        # early: every pack ran while images were listed as decoding (those planned last at
+        # least: the record is cleared only when the decodes are waited for)
+        assert all(_SEEN_DECODING) if reads_none else not any(_SEEN_DECODING)
+        _assert_same_samples(want, samples)
 
 
 def test_fast_collate_takes_the_batch_buffer_as_it_is(toy_coco_root):

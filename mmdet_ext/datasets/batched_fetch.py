@@ -19,6 +19,9 @@ How, in three passes over the batch:
    process (threads, no DataLoader workers) a ``pixels_on='device'`` batch is instead decoded
    image by image as the plan goes, while the next samples are planned (``overlapped_decode.py``).
 3. *Finish*, per sample: the decoded image into ``results``, then the transforms after the loader.
+   While images decode in the background (step 2's threads mode), this runs before the decodes
+   are waited for where nothing after the loader reads the pixels (``reads_no_pixels``: mmdet's
+   own ``PackDetInputs`` makes ``inputs`` a view of the buffer without reading it).
 
 Samples come out exactly as the per-sample path makes them: same draws, same bytes (the tests
 compare both). Anything the batch cannot do exactly -- a file that does not decode to the size its
@@ -38,7 +41,7 @@ import contextlib
 import logging
 import os
 import random
-from typing import Any, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -111,7 +114,8 @@ class _FallBack(Exception):
     """The batch cannot be made exactly in batch mode; the per-sample path makes it."""
 
 
-def _pack_with_inputs(pack: PackDetInputs, results: dict, image: torch.Tensor) -> Any:
+def _pack_with_inputs(pack: PackDetInputs, results: dict, image: torch.Tensor,
+                      wait_for_pixels: Optional[Callable[[], Any]] = None) -> Any:
     """``pack(results)`` whose ``inputs`` is ``image`` itself, a view of the batch buffer, when
     ``pack`` is mmdet's ``PackDetInputs`` and ``img`` is that image's pixels.
 
@@ -120,16 +124,30 @@ def _pack_with_inputs(pack: PackDetInputs, results: dict, image: torch.Tensor) -
     pixel to get there; as a view of the batch, ``fast_collate`` sees the batch already lies in
     one buffer and copies nothing. ``PackDetInputs`` reads ``img`` for ``inputs`` only, so it
     packs everything else without it; ``inputs`` is the same pixels, shape and dtype.
+    ``wait_for_pixels``: called before ``pack`` reads the pixels, where they may still be
+    decoding.
     """
     img = results.get('img')
     planar = _planar_pixels(img) if isinstance(img, np.ndarray) else None
     if type(pack) is not PackDetInputs or 'img' in pack.meta_keys or planar is None or \
             planar.dtype != np.uint8 or planar.ctypes.data != image.data_ptr() or \
             planar.shape != tuple(image.shape):
+        if wait_for_pixels is not None:
+            wait_for_pixels()
         return pack(results)
     del results['img']
     packed = pack(results)
     return {'inputs': image, **packed}
+
+
+def reads_no_pixels(plan: BatchPlan) -> bool:
+    """Whether nothing after ``plan``'s loader reads the pixels: mmdet's own transforms of
+    ``AFTER_LOADER`` (not subclasses, which may), ending with a ``PackDetInputs`` that makes
+    ``inputs`` a view of the batch (``_pack_with_inputs``), of a deferred (uint8) image."""
+    pack = plan.after[-1]
+    return plan.loader.pixels_on == 'device' and 'img' not in pack.meta_keys and \
+        all(type(transform) in AFTER_LOADER for transform in plan.after) and \
+        type(pack) is PackDetInputs
 
 
 def _planar_pixels(img: np.ndarray) -> np.ndarray:
@@ -159,6 +177,7 @@ class BatchedFetcher:
         self.decode_threads = decode_threads
         self._logged_fallback = False
         self._overlap_capacity = 0  # the most bytes an overlapped batch took
+        self._reads_no_pixels = reads_no_pixels(self.plan)
 
     def fetch(self, indices: Sequence[int], seeds: Optional[Sequence[int]] = None) -> list:
         """The samples of ``indices`` (each under its seed when given), as the per-sample path."""
@@ -191,22 +210,36 @@ class BatchedFetcher:
                 planned.append(self._plan_sample(index))
                 if overlapped is not None:
                     overlapped.add(*planned[-1][::2])  # decoded while the next are planned
-            images = self._decode([index for index, _, _ in planned],
-                                  [pending for _, _, pending in planned]) \
-                if overlapped is None else overlapped.images()
+            if overlapped is None:
+                return self._finish(planned, self._decode([index for index, _, _ in planned],
+                                                          [pending for _, _, pending in planned]))
+            if not self._reads_no_pixels:
+                return self._finish(planned, overlapped.images())
+            # Nothing after the loader reads the pixels: the samples are finished while the last
+            # images decode, then the decodes are waited for.
+            samples = self._finish(planned, overlapped.views(), overlapped.images)
+            overlapped.images()
+            return samples
         except DecodeFailed as err:
             raise _FallBack(str(err)) from err
         finally:
             if overlapped is not None:
                 overlapped.wait()  # nothing decodes on after the batch, whatever happened
                 self._overlap_capacity = max(self._overlap_capacity, overlapped.used)
+
+    def _finish(self, planned: list, images: list[torch.Tensor],
+                wait_for_pixels: Optional[Callable[[], Any]] = None) -> list:
+        """The planned samples with their images, through the transforms after the loader;
+        ``wait_for_pixels``: see ``_pack_with_inputs``."""
         samples = []
         for (index, results, _), image in zip(planned, images):
             self.plan.loader.finish(results, image)
             for transform in self.plan.after:
                 try:
-                    results = _pack_with_inputs(transform, results, image) \
+                    results = _pack_with_inputs(transform, results, image, wait_for_pixels) \
                         if transform is self.plan.after[-1] else transform(results)
+                except DecodeFailed:
+                    raise
                 except Exception as err:  # noqa: BLE001 -- the per-sample path handles it
                     raise _FallBack(f'{type(transform).__name__} raised {type(err).__name__}: '
                                     f'{err} for sample {index}') from err

@@ -118,6 +118,11 @@ class OverlappedDecode:
             DecodeFailed: naming each image that did not decode (the others are decoded).
         """
         self._wait_or_raise()
+        return self.views()
+
+    def views(self) -> list[torch.Tensor]:
+        """The batch's images as ``images`` gives them, without waiting: pixels still being
+        decoded (``images`` or ``wait`` before anything reads them)."""
         return [self.buffer[offset:offset + int(np.prod(shape))].view(shape)
                 for offset, shape in self.layout]
 
