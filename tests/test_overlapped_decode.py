@@ -1,5 +1,6 @@
 """Images decoded while a batch is planned: ``_C.DecodeQueue`` (native threads, no GIL) decodes
-each image as ``decode_image(..., planar=True)`` does, names each failure, checks its arguments
+each image as ``decode_image(..., planar=True)`` does (and resizes and flips it into its slot of
+a padded batch as ``decode_images_into`` does), names each failure, checks its arguments
 before queueing, works again in a forked child; ``OverlappedDecode`` places a batch's images one
 after another in a buffer that grows when they do not fit; the batched fetch that uses it gives
 the per-sample path's samples (tests/test_batched_fetch.py runs it too, in threads mode)."""
@@ -13,8 +14,9 @@ from mmdet_ext import NativeLoadResizeFlip
 from mmdet_ext.datasets.inflight import InflightRecord
 from mmdet_ext.datasets.overlapped_decode import DecodeFailed, OverlappedDecode, decode_queue
 from mmdet_ext.io import DEFAULT_MAX_PIXELS
-from mmdet_ext.ops import decode_image
+from mmdet_ext.ops import decode_image, decode_images_into
 from mmdet_ext.ops.image import IMREAD_FLAGS
+from mmdet_ext.ops.pixels import FLIP_CODES, INTERPOLATIONS
 from mmdet_ext.transforms.fused_loading import PendingDecode
 from helpers.build import needs_native_decoding
 from helpers.encoded_images import encoded_image
@@ -80,6 +82,60 @@ def test_queue_checks_its_arguments_before_queueing():
         queue.submit(0, data, 1, 1, DEFAULT_MAX_PIXELS, out.view(3, -1).t(), 0, [3, 48, 64])
     with pytest.raises(RuntimeError, match='encoded bytes'):
         queue.submit(0, data.int(), 1, 1, DEFAULT_MAX_PIXELS, out, 0, [3, 48, 64])
+    assert queue.wait() == [] and not out.any()
+
+
+@pytest.mark.parametrize('interpolation', ['bilinear', 'nearest', 'area'])
+@pytest.mark.parametrize('color_type', ['color', 'grayscale'])
+def test_queue_warps_into_slots_as_decode_images_into(interpolation, color_type):
+    """Resized, flipped, into the slots of a padded batch: decode_images_into's bits, and the
+    padding left as it was."""
+    warps = [(500, 700, 'horizontal'), (200, 120, None), (40, 30, 'diagonal'),
+             (64, 48, 'vertical'), (60, 80, None)]
+    channels = 3 if color_type == 'color' else 1
+    slot = (500, 700)
+    data = [encoded for encoded, _ in IMAGES]
+    denoms = [denom for _, denom in IMAGES]
+    shapes = [tuple(decode_image(encoded, color_type, denom, planar=True).shape)
+              for encoded, denom in IMAGES]
+    slot_bytes = channels * slot[0] * slot[1]
+    offsets = [i * slot_bytes for i in range(len(IMAGES))]
+    expected = torch.full((len(IMAGES) * slot_bytes, ), 77, dtype=torch.uint8)
+    decode_images_into(data, color_type, denoms, expected, offsets, shapes, num_threads=1,
+                       warps=warps, interpolation=interpolation, slot_hw=slot)
+    queue = decode_queue(2)
+    out = torch.full_like(expected, 77)
+    for i in [2, 0, 4, 1, 3]:
+        h, w, flip = warps[i]
+        queue.submit(i, data[i], IMREAD_FLAGS[color_type], denoms[i], DEFAULT_MAX_PIXELS, out,
+                     offsets[i], list(shapes[i]), warp=[h, w, FLIP_CODES[flip]],
+                     interpolation=INTERPOLATIONS[interpolation], slot_hw=list(slot))
+    assert queue.wait() == []
+    assert torch.equal(out, expected)
+    assert (out.view(len(IMAGES), channels, *slot)[1, :, 200:] == 77).all()  # padding untouched
+
+
+def test_queue_checks_warps_and_slots_before_queueing():
+    queue = decode_queue(1)
+    data = encoded_image(48, 64, seed=7)
+    out = torch.zeros(3 * 100 * 100, dtype=torch.uint8)
+
+    def submit(**warp):
+        queue.submit(0, data, 1, 1, DEFAULT_MAX_PIXELS, out, 0, [3, 48, 64], **warp)
+
+    with pytest.raises(RuntimeError, match='flip must be 0'):
+        submit(warp=[50, 50, 4])
+    with pytest.raises(RuntimeError, match='unknown interpolation 9'):
+        submit(warp=[50, 50, 0], interpolation=9)
+    with pytest.raises(RuntimeError, match=r'warp must be \(out_height, out_width, flip\)'):
+        submit(warp=[50, 50])
+    with pytest.raises(RuntimeError, match=r'image 0 is 120x50 \(h x w\), larger than its '
+                                           '100x100 slot'):
+        submit(warp=[120, 50, 0], slot_hw=[100, 100])
+    with pytest.raises(RuntimeError, match=r'slot_hw must be \(height, width\), both > 0'):
+        submit(warp=[50, 50, 0], slot_hw=[0, 100])
+    with pytest.raises(RuntimeError, match=r'\(30300 bytes at offset 0\) does not fit'):
+        submit(warp=[50, 50, 0], slot_hw=[100, 101])
     assert queue.wait() == [] and not out.any()
 
 

@@ -65,31 +65,10 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
                     bytes.dim() == 1 && bytes.is_contiguous(),
                 "decode_images_into: image ", i, ": expected contiguous 1-D CPU uint8 encoded "
                 "bytes, got ", bytes.scalar_type(), " ", bytes.sizes(), " on ", bytes.device());
-    const int64_t* shape = shapes.data() + 3 * i;
-    TORCH_CHECK(shape[0] >= 1 && shape[0] <= 4 && shape[1] > 0 && shape[2] > 0,
-                "decode_images_into: image ", i, ": bad expected shape ", shape[0], "x",
-                shape[1], "x", shape[2]);
-    int64_t height = shape[1];
-    int64_t width = shape[2];
-    if (warps.has_value()) {
-      const int64_t* hwf = warps->data() + 3 * i;
-      check_warp_arguments("decode_images_into", hwf[0], hwf[1], interpolation, hwf[2]);
-      height = hwf[0];
-      width = hwf[1];
-    }
-    layouts[static_cast<size_t>(i)] = Layout{height * width, width};
-    if (slot_hw.has_value()) {
-      const int64_t slot_height = (*slot_hw)[0];
-      const int64_t slot_width = (*slot_hw)[1];
-      TORCH_CHECK(height <= slot_height && width <= slot_width, "decode_images_into: image ", i,
-                  " is ", height, "x", width, " (h x w), larger than its ", slot_height, "x",
-                  slot_width, " slot");
-      layouts[static_cast<size_t>(i)] = Layout{slot_height * slot_width, slot_width};
-    }
-    const int64_t size = shape[0] * layouts[static_cast<size_t>(i)].plane_step;
-    TORCH_CHECK(offsets[i] >= 0 && offsets[i] <= out.numel() - size,
-                "decode_images_into: image ", i, " (", size, " bytes at offset ", offsets[i],
-                ") does not fit in out (", out.numel(), " bytes)");
+    layouts[static_cast<size_t>(i)] = place_image(
+        "decode_images_into", c10::str("image ", i), shapes.data() + 3 * i,
+        warps.has_value() ? warps->data() + 3 * i : nullptr, interpolation,
+        slot_hw.has_value() ? slot_hw->data() : nullptr, offsets[i], out.numel());
   }
 
   std::vector<std::string> errors(static_cast<size_t>(count));

@@ -35,6 +35,30 @@ void decode_one_planar(const uint8_t* data, int64_t size, int64_t flags, int64_t
   split_into_planes(decoded, planes);  // each plane has its size and type: written into `out`
 }
 
+Layout place_image(const char* op, const std::string& image, const int64_t* shape,
+                   const int64_t* warp, int64_t interpolation, const int64_t* slot_hw,
+                   int64_t offset, int64_t out_bytes) {
+  TORCH_CHECK(shape[0] >= 1 && shape[0] <= 4 && shape[1] > 0 && shape[2] > 0, op, ": ", image,
+              ": bad expected shape ", shape[0], "x", shape[1], "x", shape[2]);
+  int64_t height = shape[1];
+  int64_t width = shape[2];
+  if (warp != nullptr) {
+    check_warp_arguments(op, warp[0], warp[1], interpolation, warp[2]);
+    height = warp[0];
+    width = warp[1];
+  }
+  Layout layout{height * width, width};
+  if (slot_hw != nullptr) {
+    TORCH_CHECK(height <= slot_hw[0] && width <= slot_hw[1], op, ": ", image, " is ", height,
+                "x", width, " (h x w), larger than its ", slot_hw[0], "x", slot_hw[1], " slot");
+    layout = Layout{slot_hw[0] * slot_hw[1], slot_hw[1]};
+  }
+  const int64_t size = shape[0] * layout.plane_step;
+  TORCH_CHECK(offset >= 0 && offset <= out_bytes - size, op, ": ", image, " (", size,
+              " bytes at offset ", offset, ") does not fit in out (", out_bytes, " bytes)");
+  return layout;
+}
+
 std::string error_text(const std::exception& err) {
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&err)) {
     return c10_error->what_without_backtrace();

@@ -29,6 +29,15 @@ void decode_one_planar(const uint8_t* data, int64_t size, int64_t flags, int64_t
                        int64_t max_pixels, const int64_t* shape, const Warp* warp,
                        const Layout& layout, uint8_t* dst);
 
+// Checks the arguments of one image and returns where its planes and rows go: `shape` (C, H, W
+// as decoded), `warp` (out_height, out_width, flip; null: none) with `interpolation`, `slot_hw`
+// (the slot of a padded batch it is written into, height and width; null: packed), and that it
+// fits in an output of `out_bytes` at `offset`. Errors start with `op` and name `image`. Why
+// here: decode_images_into and DecodeQueue write the same way and refuse the same arguments.
+Layout place_image(const char* op, const std::string& image, const int64_t* shape,
+                   const int64_t* warp, int64_t interpolation, const int64_t* slot_hw,
+                   int64_t offset, int64_t out_bytes);
+
 // An exception's message without a c10 backtrace.
 std::string error_text(const std::exception& err);
 

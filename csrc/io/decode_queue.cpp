@@ -8,7 +8,8 @@
 // and `wait` releases the GIL and decodes what is still queued on the calling thread as well,
 // until every queued image is done (so a queue of cores - 1 threads leaves the planning thread a
 // core of its own, and uses every core once it waits). Each image is decoded as
-// decode_images_into decodes it (decode_one_planar), packed [C, H, W] at its offset.
+// decode_images_into decodes it (decode_one_planar): packed [C, H, W] at its offset, or resized
+// and flipped into its slot of a padded batch.
 #include "io/decode_queue.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -25,9 +27,8 @@
 
 #include <torch/extension.h>
 
-#if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
-#include "io/decode_one_planar.h"
-#else
+#include "io/decode_one_planar.h"  // declarations only; defined in builds with both libraries
+#if !(defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG))
 #include "optional_libraries.h"
 #endif
 
@@ -46,6 +47,10 @@ struct DecodeTask {
   int64_t scale_denom;
   int64_t max_pixels;
   int64_t shape[3];
+  bool warped;  // resized and flipped: out_hw_flip, interpolation
+  int64_t out_hw_flip[3];
+  int interpolation;
+  Layout layout;  // packed, or a slot of a padded batch
 };
 
 class DecodeQueue {
@@ -70,14 +75,18 @@ class DecodeQueue {
     for (std::thread& worker : workers_) worker.join();
   }
 
-  // Queues the decode of `data` (encoded bytes) into `out` at `offset`, [C, H, W] = `shape`.
-  // Both must stay alive, unchanged, until wait() returns.
+  // Queues the decode of `data` (encoded bytes) into `out` at `offset`, [C, H, W] = `shape`;
+  // with `warp` (out_height, out_width, flip), resized with `interpolation` and flipped as
+  // decode_images_into does, into a slot of `slot_hw` (height, width) when given. Both tensors
+  // must stay alive, unchanged, until wait() returns.
   void submit(int64_t tag, const at::Tensor& data, int64_t flags, int64_t scale_denom,
               int64_t max_pixels, const at::Tensor& out, int64_t offset,
-              const std::vector<int64_t>& shape) {
+              const std::vector<int64_t>& shape,
+              const std::optional<std::vector<int64_t>>& warp, int64_t interpolation,
+              const std::optional<std::vector<int64_t>>& slot_hw) {
 #if !(defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG))
     fail_built_without("DecodeQueue", "OpenCV and libjpeg");
-#endif
+#else
     TORCH_CHECK(getpid() == creator_pid_,
                 "DecodeQueue: made in another process (its threads were not forked)");
     TORCH_CHECK(data.device().is_cpu() && data.scalar_type() == at::kByte && data.dim() == 1 &&
@@ -88,21 +97,30 @@ class DecodeQueue {
                     out.is_contiguous(),
                 "DecodeQueue: out must be a contiguous 1-D CPU uint8 tensor, got ",
                 out.scalar_type(), " ", out.sizes(), " on ", out.device());
-    TORCH_CHECK(shape.size() == 3 && shape[0] >= 1 && shape[0] <= 4 && shape[1] > 0 &&
-                    shape[2] > 0,
-                "DecodeQueue: bad expected shape ", c10::IntArrayRef(shape));
-    const int64_t size = shape[0] * shape[1] * shape[2];
-    TORCH_CHECK(offset >= 0 && offset <= out.numel() - size, "DecodeQueue: the image (", size,
-                " bytes at offset ", offset, ") does not fit in out (", out.numel(), " bytes)");
+    TORCH_CHECK(shape.size() == 3, "DecodeQueue: bad expected shape ", c10::IntArrayRef(shape));
+    TORCH_CHECK(!warp.has_value() || warp->size() == 3,
+                "DecodeQueue: warp must be (out_height, out_width, flip), got ",
+                c10::IntArrayRef(*warp));
+    TORCH_CHECK(!slot_hw.has_value() || (slot_hw->size() == 2 && (*slot_hw)[0] > 0 &&
+                                          (*slot_hw)[1] > 0),
+                "DecodeQueue: slot_hw must be (height, width), both > 0, got ",
+                c10::IntArrayRef(*slot_hw));
     DecodeTask task{tag, data.data_ptr<uint8_t>(), data.numel(),
                     out.data_ptr<uint8_t>() + offset, flags, scale_denom, max_pixels,
-                    {shape[0], shape[1], shape[2]}};
+                    {shape[0], shape[1], shape[2]}, warp.has_value(), {0, 0, 0},
+                    static_cast<int>(interpolation),
+                    place_image("DecodeQueue", c10::str("image ", tag), shape.data(),
+                                warp.has_value() ? warp->data() : nullptr, interpolation,
+                                slot_hw.has_value() ? slot_hw->data() : nullptr, offset,
+                                out.numel())};
+    if (warp.has_value()) std::copy(warp->begin(), warp->end(), task.out_hw_flip);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       tasks_.push_back(std::move(task));
       ++pending_;
     }
     work_ready_.notify_one();
+#endif
   }
 
   // Decodes queued images in the calling thread too (the caller releases the GIL) until every
@@ -138,9 +156,10 @@ class DecodeQueue {
   static std::string decode(const DecodeTask& task) {
 #if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
     try {
-      const Layout packed{task.shape[1] * task.shape[2], task.shape[2]};
+      const Warp warp{task.out_hw_flip, task.interpolation};
       decode_one_planar(task.data, task.data_size, task.flags, task.scale_denom,
-                        task.max_pixels, task.shape, nullptr, packed, task.out);
+                        task.max_pixels, task.shape, task.warped ? &warp : nullptr, task.layout,
+                        task.out);
       return {};
     } catch (const std::exception& err) {
       return error_text(err);
@@ -171,9 +190,12 @@ void bind_decode_queue(pybind11::module_& m) {
       .def(py::init<int64_t>(), py::arg("threads"))
       .def("submit", &DecodeQueue::submit, py::arg("tag"), py::arg("data"), py::arg("flags"),
            py::arg("scale_denom"), py::arg("max_pixels"), py::arg("out"), py::arg("offset"),
-           py::arg("shape"),
+           py::arg("shape"), py::arg("warp") = py::none(), py::arg("interpolation") = 1,
+           py::arg("slot_hw") = py::none(),
            "Queue the decode of `data` into `out[offset:]` as [C, H, W] = `shape`, as "
-           "decode_images_into decodes an image (packed, no warp). Keep both tensors alive "
+           "decode_images_into decodes an image: with `warp` (out_height, out_width, flip "
+           "code), resized with `interpolation` (cv2's code) and flipped, into a slot of "
+           "`slot_hw` (height, width) of a padded batch when given. Keep both tensors alive "
            "until wait() returns.")
       .def("wait", &DecodeQueue::wait, py::call_guard<py::gil_scoped_release>(),
            "Decode what is still queued on this thread too, until every queued image is "

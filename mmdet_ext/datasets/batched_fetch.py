@@ -16,8 +16,9 @@ How, in three passes over the batch:
    geometry); a bad sample is handled as the per-sample path handles it (``on_bad_sample``,
    ``max_refetch`` replacement draws).
 2. *Decode* the whole batch in one call (and warp it, ``pixels_on='worker'``). In the training
-   process (threads, no DataLoader workers) a ``pixels_on='device'`` batch is instead decoded
-   image by image as the plan goes, while the next samples are planned (``overlapped_decode.py``).
+   process (threads, no DataLoader workers) the images go to a queue of native threads instead
+   (``overlapped_decode.py``): a ``pixels_on='device'`` batch image by image as the plan goes,
+   while the next samples are planned; a ``pixels_on='worker'`` batch once it is planned.
 3. *Finish*, per sample: the decoded image into ``results``, then the transforms after the loader.
    While images decode in the background (step 2's threads mode), this runs before the decodes
    are waited for where nothing after the loader reads the pixels (``reads_no_pixels``: mmdet's
@@ -53,7 +54,7 @@ from ..ops import decode_images_into
 from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
 from ..transforms.fused_mmdet_loading import MmdetLoadingPlan, fuse_mmdet_loading
 from .columnar_annotations import columnar_plan
-from .overlapped_decode import DecodeFailed, OverlappedDecode
+from .overlapped_decode import DecodeFailed, OverlappedDecode, OverlappedWarp
 from .sample_seeds import load_seeded, seed_rngs
 
 # Whether a LoadLazyAnnotations reads the store's columns where it can (columnar_plan); off
@@ -140,12 +141,20 @@ def _pack_with_inputs(pack: PackDetInputs, results: dict, image: torch.Tensor,
     return {'inputs': image, **packed}
 
 
+def _padded_batch(shapes: list[tuple[int, int, int]]) -> torch.Tensor:
+    """The [B, C, H, W] uint8 batch whose slots hold images of ``shapes`` (one channel count),
+    H and W the largest; shared memory in a DataLoader worker (``allocate_batch``)."""
+    batch_shape = (len(shapes), shapes[0][0], max(h for _, h, _ in shapes),
+                   max(w for _, _, w in shapes))
+    return allocate_batch(torch.empty(0, dtype=torch.uint8), batch_shape, False)
+
+
 def reads_no_pixels(plan: BatchPlan) -> bool:
     """Whether nothing after ``plan``'s loader reads the pixels: mmdet's own transforms of
     ``AFTER_LOADER`` (not subclasses, which may), ending with a ``PackDetInputs`` that makes
-    ``inputs`` a view of the batch (``_pack_with_inputs``), of a deferred (uint8) image."""
+    ``inputs`` a view of the batch (``_pack_with_inputs``), of a uint8 image."""
     pack = plan.after[-1]
-    return plan.loader.pixels_on == 'device' and 'img' not in pack.meta_keys and \
+    return not getattr(plan.loader, 'to_float32', False) and 'img' not in pack.meta_keys and \
         all(type(transform) in AFTER_LOADER for transform in plan.after) and \
         type(pack) is PackDetInputs
 
@@ -210,6 +219,10 @@ class BatchedFetcher:
                 planned.append(self._plan_sample(index))
                 if overlapped is not None:
                     overlapped.add(*planned[-1][::2])  # decoded while the next are planned
+            if overlapped is None:  # 'worker' in this process: queued once the slots' size is known
+                overlapped = self._overlapped_warp([pending.out_shape for _, _, pending in planned])
+                for index, _, pending in planned if overlapped is not None else ():
+                    overlapped.add(index, pending)
             if overlapped is None:
                 return self._finish(planned, self._decode([index for index, _, _ in planned],
                                                           [pending for _, _, pending in planned]))
@@ -258,6 +271,19 @@ class BatchedFetcher:
         return OverlappedDecode(self.plan.loader, threads, batch_size, self._overlap_capacity,
                                 self.dataset.inflight)
 
+    def _overlapped_warp(self, shapes: list[tuple[int, int, int]]) -> Optional[OverlappedWarp]:
+        """Where a planned ``pixels_on='worker'`` batch (images of ``shapes`` once warped) is
+        decoded into its padded batch on the decode queue's threads while the samples are
+        finished (``OverlappedWarp``): in this process, on several threads, every image of one
+        channel count; else None (one call after planning, ``_decode``)."""
+        threads = self.decode_threads or default_decode_threads()
+        if self.plan.loader.pixels_on != 'worker' or threads < 2 or \
+                torch.utils.data.get_worker_info() is not None or \
+                len({c for c, _, _ in shapes}) != 1:
+            return None
+        return OverlappedWarp(self.plan.loader, threads, _padded_batch(shapes),
+                              self.dataset.inflight)
+
     def _plan_sample(self, index: int) -> tuple[int, dict, PendingDecode]:
         """``BaseDataset.__getitem__`` up to the loader's plan: (the index loaded, results,
         its pending decode); a bad or None sample is replaced as there."""
@@ -297,9 +323,7 @@ class BatchedFetcher:
         shapes = [p.out_shape for p in pendings]
         slots = loader.pixels_on == 'worker' and len({c for c, _, _ in shapes}) == 1
         if slots:
-            batch_shape = (len(shapes), shapes[0][0], max(h for _, h, _ in shapes),
-                           max(w for _, _, w in shapes))
-            batch = allocate_batch(torch.empty(0, dtype=torch.uint8), batch_shape, False)
+            batch = _padded_batch(shapes)
             buffer = batch.view(-1)
             offsets = [i * batch[0].numel() for i in range(len(shapes))]
             images = [slot[:, :h, :w] for slot, (_, h, w) in zip(batch, shapes)]
@@ -329,7 +353,7 @@ class BatchedFetcher:
                                loader.max_pixels,
                                self.decode_threads or default_decode_threads(), warps,
                                loader.resize.interpolation,
-                               slot_hw=batch_shape[2:] if slots else None)
+                               slot_hw=batch.shape[2:] if slots else None)
         except RuntimeError as err:
             raise _FallBack(f'{err} (images in order: {names})') \
                 from err

@@ -10,8 +10,12 @@ while the next samples are planned.
 Where: ``pixels_on='device'`` batches, whose images lie one after another in a flat buffer (an
 image's offset is known once the images before it are planned), decoded in this process on more
 than one thread. A ``pixels_on='worker'`` batch is written into the slots of a padded batch whose
-size only the last plan tells; it keeps the one call after planning. In a DataLoader worker the
-workers are the parallelism, and nothing changes.
+size only the last plan tells: its images are queued once the batch is planned
+(``OverlappedWarp``: decoded, resized and flipped into their slots), and decode while the
+samples are finished (``batched_fetch.reads_no_pixels``). Against one ``decode_images_into``
+call after the plan: 583 against 538 samples/s at 640x480 -> 1333x800 on 2 cores (the threads
+live on, with their scratch memory, and the packing no longer leaves a core idle). In a
+DataLoader worker the workers are the parallelism, and nothing changes.
 
 How: the images go to ``_C.DecodeQueue`` (csrc/io/decode_queue.cpp): native threads, one fewer
 than the decode threads, that never take the GIL, and the planning thread itself joins in when it
@@ -42,6 +46,7 @@ import torch
 from .._native import _C
 from ..io import DEFAULT_MAX_PIXELS
 from ..ops.image import IMREAD_FLAGS
+from ..ops.pixels import FLIP_CODES, INTERPOLATIONS
 from ..transforms.fused_loading import PendingDecode
 
 
@@ -97,8 +102,14 @@ class OverlappedDecode:
         offset = self.used
         self.used += size
         self.layout.append((offset, pending.shape))
+        self._queue(index, pending, offset, self.buffer[offset:offset + size].view(pending.shape))
+
+    def _queue(self, index: int, pending: PendingDecode, offset: int, place: torch.Tensor,
+               **warp: Any) -> None:
+        """Queue the decode of ``pending`` into the buffer at ``offset`` (``place`` views it);
+        ``warp``: ``DecodeQueue.submit``'s warp arguments."""
         if pending.encoded is None:  # plan decoded it (a format without a header reader)
-            self.buffer[offset:offset + size].view(pending.shape).copy_(pending.decoded)
+            place.copy_(pending.decoded)
             return
         self.names.append(f'sample {index} ({pending.filename})')
         self.inflight.background = f'batch decode of {len(self.names)} images: ' + \
@@ -108,7 +119,7 @@ class OverlappedDecode:
         self.referenced += [pending.encoded, self.buffer]
         self.queue.submit(len(self.names) - 1, pending.encoded,
                           IMREAD_FLAGS[self.loader.color_type], pending.scale_denom, max_pixels,
-                          self.buffer, offset, list(pending.shape))
+                          self.buffer, offset, list(pending.shape), **warp)
         self.in_flight = True
 
     def images(self) -> list[torch.Tensor]:
@@ -147,3 +158,29 @@ class OverlappedDecode:
         grown = torch.empty(max(needed + needed // 4, 2 * self.buffer.numel()), dtype=torch.uint8)
         grown[:self.used].copy_(self.buffer[:self.used])
         self.buffer = grown
+
+
+class OverlappedWarp(OverlappedDecode):
+    """A ``pixels_on='worker'`` batch: each image decoded, resized and flipped into its slot of
+    the padded batch (``batch``, [B, C, H, W]) on the queue's threads, while the samples are
+    finished. Queued once the whole batch is planned: the slots' size is the largest image's."""
+
+    def __init__(self, loader: Any, threads: int, batch: torch.Tensor, inflight: Any) -> None:
+        super().__init__(loader, threads, len(batch), 0, inflight)
+        self.batch = batch
+        self.buffer = batch.view(-1)
+
+    def add(self, index: int, pending: PendingDecode) -> None:
+        position = len(self.layout)
+        channels, height, width = pending.out_shape
+        offset = position * self.batch[0].numel()
+        self.layout.append((offset, pending.out_shape))
+        out_h, out_w, direction = pending.warp
+        self._queue(index, pending, offset, self.batch[position, :, :height, :width],
+                    warp=[out_h, out_w, FLIP_CODES[direction]],
+                    interpolation=INTERPOLATIONS[self.loader.resize.interpolation],
+                    slot_hw=list(self.batch.shape[2:]))
+
+    def views(self) -> list[torch.Tensor]:
+        return [self.batch[position, :, :height, :width]
+                for position, (_, (_, height, width)) in enumerate(self.layout)]
