@@ -545,7 +545,7 @@ def test_a_new_pipeline_gets_its_own_decision(toy_coco_root, log_file):
     dataset.pipeline = Compose(_pipeline(after=[CountInstances()]))  # PipelineSwitchHook
     assert not _one_storage(_batched(dataset, INDICES))
     logged = log_file.read_text()
-    assert 'batched fetch on: one native decode call per batch' in logged
+    assert 'batched fetch on: each batch decoded natively as one' in logged
     assert 'batched fetch off' in logged
 
 
@@ -787,7 +787,7 @@ def test_a_worker_stuck_in_a_batch_is_named_by_its_inflight_record(toy_coco_root
         image = toy_coco_root / 'train' / '000004.jpg'
         assert record == f'loading sample 4 (img_id=5, img_path={image})'
         assert path.name != f'inflight_{os.getpid()}.txt'  # the worker's record, not ours
-        assert 'batched fetch on: one native decode call per batch' in log_file.read_text()
+        assert 'batched fetch on: each batch decoded natively as one' in log_file.read_text()
     finally:
         release.touch()
         loading.join(timeout=300)
@@ -849,7 +849,7 @@ def test_training_on_the_batched_fetch_gives_the_per_sample_losses(toy_coco_root
     what the per-sample path feeds it (ExactResumeHook's seeds)."""
     options = ('randomness.seed=0', ) + (DEFERRED_OPTIONS if pixels_on == 'device' else ())
     log = train_toy(toy_coco_root, tmp_path / 'batched', 1, options=options)
-    assert 'batched fetch on: one native decode call per batch' in log
+    assert 'batched fetch on: each batch decoded natively as one' in log
     log = train_toy(toy_coco_root, tmp_path / 'per_sample', 1,
                     options=options + ('train_dataloader.dataset.batched_fetch=False', ))
     assert 'batched fetch off, samples load one by one: batched_fetch=False' in log
@@ -862,7 +862,7 @@ def test_resuming_on_the_batched_fetch_repeats_the_run(toy_coco_root, tmp_path, 
     then --resume to 2, log the same second-epoch losses (ExactResumeHook's seeds)."""
     options = ('randomness.seed=0', )
     log = train_toy(toy_coco_root, tmp_path / 'whole', 2, options=options)
-    assert 'batched fetch on: one native decode call per batch' in log
+    assert 'batched fetch on: each batch decoded natively as one' in log
     train_toy(toy_coco_root, tmp_path / 'split', 1, options=options)
     log = train_toy(toy_coco_root, tmp_path / 'split', 2, '--resume', options=options)
     assert 'resumed epoch: 1' in log

@@ -215,7 +215,7 @@ train_dataloader = dict(dataset=dict(pipeline=[
 """)
     options = ('randomness.seed=0', )
     log = train_toy(toy_coco_root, tmp_path / 'batched', 1, options=options, config=config)
-    assert 'batched fetch on: one native decode call per batch' in log
+    assert 'batched fetch on: each batch decoded natively as one' in log
     log = train_toy(toy_coco_root, tmp_path / 'per_sample', 1, config=config,
                     options=options + ('train_dataloader.dataset.batched_fetch=False', ))
     assert 'batched fetch off, samples load one by one: batched_fetch=False' in log

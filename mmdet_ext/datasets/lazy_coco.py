@@ -208,7 +208,7 @@ class LazyCocoDataset(BaseDetDataset):
             info = torch.utils.data.get_worker_info()
             if info is None or info.id == 0:  # once, not once per worker
                 print_log(f'{type(self).__name__}: batched fetch ' + (
-                    'on: one native decode call per batch' if self._fetcher else
+                    'on: each batch decoded natively as one' if self._fetcher else
                     f'off, samples load one by one: {why}'), logger='current', level=logging.INFO)
         return self._fetcher
 
