@@ -219,10 +219,13 @@ class BatchedFetcher:
                 planned.append(self._plan_sample(index))
                 if overlapped is not None:
                     overlapped.add(*planned[-1][::2])  # decoded while the next are planned
-            if overlapped is None:  # 'worker' in this process: queued once the slots' size is known
-                overlapped = self._overlapped_warp([pending.out_shape for _, _, pending in planned])
-                for index, _, pending in planned if overlapped is not None else ():
-                    overlapped.add(index, pending)
+            if overlapped is None:
+                # 'worker' in this process: queued now that the slots' size is known.
+                overlapped = self._overlapped_warp([pending.out_shape
+                                                    for _, _, pending in planned])
+                if overlapped is not None:
+                    for index, _, pending in planned:
+                        overlapped.add(index, pending)
             if overlapped is None:
                 return self._finish(planned, self._decode([index for index, _, _ in planned],
                                                           [pending for _, _, pending in planned]))

@@ -172,7 +172,7 @@ class OverlappedWarp(OverlappedDecode):
 
     def add(self, index: int, pending: PendingDecode) -> None:
         position = len(self.layout)
-        channels, height, width = pending.out_shape
+        _, height, width = pending.out_shape
         offset = position * self.batch[0].numel()
         self.layout.append((offset, pending.out_shape))
         out_h, out_w, direction = pending.warp
