@@ -340,12 +340,14 @@ def phase_times(root: Path, scale: tuple, batch_size: int, cores: int, passes: i
               'the columns of the batch (ColumnarAnnotations.prepare)')
     timed(loader, 'plan', 'NativeLoadResizeFlip.plan (read, header, geometry, flip)')
     timed(fetcher, '_decode', 'decode_images_into (one call, the batch)')
-    # Threads mode decodes while it plans (overlapped_decode.py): what the planning thread
-    # spends queueing the images, and waiting for (and helping with) the rest of the decode.
+    # Threads mode decodes while it plans and packs (overlapped_decode.py): what the planning
+    # thread spends queueing the images, and waiting for (and helping with) the rest of the
+    # decode.
     overlapped = {name: getattr(OverlappedDecode, name) for name in ('add', 'images')}
     timed(OverlappedDecode, 'add', 'queueing each image as it is planned (OverlappedDecode.add)')
     timed(OverlappedDecode, 'images',
-          'the decode left after planning (OverlappedDecode.images: waits, decodes too)')
+          'the decode left after planning and packing (OverlappedDecode.images: waits, '
+          'decodes too)')
     timed(loader, 'finish', 'NativeLoadResizeFlip.finish')
     timed(pack, 'transform', 'PackDetInputs')
     timed(fetcher, 'fetch', 'whole fetch')
@@ -498,9 +500,9 @@ def report(rows, phases, args, cores, load_before, load_after) -> list[str]:
     lines += ['', '## Where a batched sample\'s time goes (threads, one process)', '',
               f'ms per sample, {args.passes} passes after a warm-up, each step timed around its '
               f'own calls; the decode runs on {len(cores)} native threads, while the batch is '
-              'planned (one thread fewer then; the planning thread joins in once it has planned '
-              'the batch: `overlapped_decode.py`), so its time is what the planning thread '
-              'spends queueing images and waiting for the rest.', '',
+              'planned and packed (one thread fewer then; the planning thread joins in once it '
+              'has planned and packed the batch: `overlapped_decode.py`), so its time is what '
+              'the planning thread spends queueing images and waiting for the rest.', '',
               '| step | ' + ' | '.join(name for name, _ in phases) + ' |',
               '|---|' + '---:|' * len(phases)]
     lines += [f'| {label} | ' + ' | '.join(f'{times[label]:.3f}' if label in times else '-'

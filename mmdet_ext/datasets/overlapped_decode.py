@@ -102,15 +102,14 @@ class OverlappedDecode:
         offset = self.used
         self.used += size
         self.layout.append((offset, pending.shape))
-        self._queue(index, pending, offset, self.buffer[offset:offset + size].view(pending.shape))
-
-    def _queue(self, index: int, pending: PendingDecode, offset: int, place: torch.Tensor,
-               **warp: Any) -> None:
-        """Queue the decode of ``pending`` into the buffer at ``offset`` (``place`` views it);
-        ``warp``: ``DecodeQueue.submit``'s warp arguments."""
         if pending.encoded is None:  # plan decoded it (a format without a header reader)
-            place.copy_(pending.decoded)
+            self.buffer[offset:offset + size].view(pending.shape).copy_(pending.decoded)
             return
+        self._submit(index, pending, offset)
+
+    def _submit(self, index: int, pending: PendingDecode, offset: int, **warp: Any) -> None:
+        """Queue the decode of ``pending`` into the buffer at ``offset``; ``warp``:
+        ``DecodeQueue.submit``'s warp arguments."""
         self.names.append(f'sample {index} ({pending.filename})')
         self.inflight.background = f'batch decode of {len(self.names)} images: ' + \
             ', '.join(self.names)
@@ -175,11 +174,13 @@ class OverlappedWarp(OverlappedDecode):
         _, height, width = pending.out_shape
         offset = position * self.batch[0].numel()
         self.layout.append((offset, pending.out_shape))
+        if pending.encoded is None:  # plan decoded and warped it
+            self.batch[position, :, :height, :width].copy_(pending.decoded)
+            return
         out_h, out_w, direction = pending.warp
-        self._queue(index, pending, offset, self.batch[position, :, :height, :width],
-                    warp=[out_h, out_w, FLIP_CODES[direction]],
-                    interpolation=INTERPOLATIONS[self.loader.resize.interpolation],
-                    slot_hw=list(self.batch.shape[2:]))
+        self._submit(index, pending, offset, warp=[out_h, out_w, FLIP_CODES[direction]],
+                     interpolation=INTERPOLATIONS[self.loader.resize.interpolation],
+                     slot_hw=list(self.batch.shape[2:]))
 
     def views(self) -> list[torch.Tensor]:
         return [self.batch[position, :, :height, :width]
