@@ -264,24 +264,31 @@ class BatchedFetcher:
             samples.append(results)
         return samples
 
-    def _overlapped_decode(self, batch_size: int) -> Optional[OverlappedDecode]:
-        """Where images are decoded while the batch is planned (``overlapped_decode.py``):
-        ``pixels_on='device'``, in this process (not a DataLoader worker), on several threads."""
+    def _queue_threads(self) -> Optional[int]:
+        """The decode threads of a batch decoded on the decode queue while Python plans or packs
+        it (``overlapped_decode.py``): in this process (not a DataLoader worker), on several
+        threads; else None."""
         threads = self.decode_threads or default_decode_threads()
-        if self.plan.loader.pixels_on != 'device' or threads < 2 or \
-                torch.utils.data.get_worker_info() is not None:
+        if threads < 2 or torch.utils.data.get_worker_info() is not None:
+            return None
+        return threads
+
+    def _overlapped_decode(self, batch_size: int) -> Optional[OverlappedDecode]:
+        """Where images are decoded while the batch is planned: ``pixels_on='device'`` on the
+        decode queue."""
+        threads = self._queue_threads()
+        if self.plan.loader.pixels_on != 'device' or threads is None:
             return None
         return OverlappedDecode(self.plan.loader, threads, batch_size, self._overlap_capacity,
                                 self.dataset.inflight)
 
     def _overlapped_warp(self, shapes: list[tuple[int, int, int]]) -> Optional[OverlappedWarp]:
         """Where a planned ``pixels_on='worker'`` batch (images of ``shapes`` once warped) is
-        decoded into its padded batch on the decode queue's threads while the samples are
-        finished (``OverlappedWarp``): in this process, on several threads, every image of one
-        channel count; else None (one call after planning, ``_decode``)."""
-        threads = self.decode_threads or default_decode_threads()
-        if self.plan.loader.pixels_on != 'worker' or threads < 2 or \
-                torch.utils.data.get_worker_info() is not None or \
+        decoded into its padded batch on the decode queue while the samples are finished
+        (``OverlappedWarp``): every image of one channel count; else None (one call after
+        planning, ``_decode``)."""
+        threads = self._queue_threads()
+        if self.plan.loader.pixels_on != 'worker' or threads is None or \
                 len({c for c, _, _ in shapes}) != 1:
             return None
         return OverlappedWarp(self.plan.loader, threads, _padded_batch(shapes),
