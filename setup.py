@@ -46,12 +46,12 @@ APT_PACKAGES = {'opencv4': 'libopencv-dev', 'libjpeg': 'libjpeg62-turbo-dev',
 SOURCES_NEEDING = {
     'csrc/io/image_decoder.cpp': ('opencv4', 'libjpeg'),
     'csrc/io/jpeg_decoder.cpp': ('opencv4', 'libjpeg'),
-    'csrc/io/exif_orientation.cpp': ('opencv4', 'libjpeg'),
     'csrc/io/decode_one_planar.cpp': ('opencv4', 'libjpeg'),
+    'csrc/io/cuda/nvjpeg_decode.cpp': ('nvjpeg',),
 }
 # Each library's environment switch, and the C++ macro defined when it is built with.
 SWITCHES = {'opencv4': 'MMDET_EXT_WITH_OPENCV', 'libjpeg': 'MMDET_EXT_WITH_LIBJPEG',
-            'RapidJSON': 'MMDET_EXT_WITH_RAPIDJSON'}
+            'RapidJSON': 'MMDET_EXT_WITH_RAPIDJSON', 'nvjpeg': 'MMDET_EXT_WITH_NVJPEG'}
 # No FMA contraction anywhere: the kernels must be bit-exact with pycocotools, mmdet and each
 # other, and contracting a*b+c into one FMA rounds once instead of twice. nvcc: --fmad=false for
 # device code, -ffp-contract=off for its host compiler; C++: -ffp-contract=off, which GCC leaves
@@ -139,6 +139,37 @@ def find_library(package: str) -> tuple[Optional[dict], str]:
     return None, why
 
 
+def nvjpeg_include_dirs() -> list[Path]:
+    """Where nvjpeg.h may be: the CUDA toolkit's include folders, then those of the nvidia-nvjpeg
+    wheels installed beside torch (nvidia/cu13/include, nvidia/nvjpeg/include for CUDA 12)."""
+    folders = []
+    if CUDA_HOME:
+        folders += [Path(CUDA_HOME) / 'include',
+                    *sorted((Path(CUDA_HOME) / 'targets').glob('*/include'))]
+    spec = importlib.util.find_spec('nvidia')
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        folders += sorted(Path(root).glob('*/include'))
+    return folders
+
+
+def find_nvjpeg(with_cuda: bool) -> tuple[Optional[dict], str]:
+    """The build flags for the nvJPEG decode (its header only: the library is opened with dlopen
+    at run time, csrc/io/cuda/nvjpeg_decode.cpp), or None and why it is not built."""
+    switch = os.environ.get(SWITCHES['nvjpeg'], '')
+    if switch == '0':
+        return None, f'off ({SWITCHES["nvjpeg"]}=0)'
+    if not with_cuda:
+        return None, 'not a CUDA build'
+    found = [folder for folder in nvjpeg_include_dirs() if (folder / 'nvjpeg.h').is_file()]
+    if found:
+        return dict(include_dirs=[str(found[0])], library_dirs=[], libraries=['dl']), \
+            str(found[0] / 'nvjpeg.h')
+    why = 'no nvjpeg.h in the CUDA toolkit or an nvidia-nvjpeg wheel (pip install nvidia-nvjpeg)'
+    if switch == '1':
+        sys.exit(f'mmdet_ext: {SWITCHES["nvjpeg"]}=1 but nvJPEG has {why}')
+    return None, why
+
+
 def write_source_hash_header(build_hash) -> Path:
     """Writes build/generated/mmdet_ext_source_hash.h and returns its folder.
 
@@ -183,6 +214,10 @@ def building_for_cuda() -> tuple[bool, str]:
 def make_extension():
     build_hash = load_package_module('_build_hash')
     libraries, notes = optional_libraries()
+    with_cuda, why = building_for_cuda()
+    nvjpeg, notes['nvjpeg'] = find_nvjpeg(with_cuda)
+    if nvjpeg is not None:
+        libraries['nvjpeg'] = nvjpeg
     sources = [str(p.relative_to(ROOT)) for p in build_hash.native_sources(CSRC)]
     moved = [s for s in SOURCES_NEEDING if s not in sources]
     if moved:
@@ -190,7 +225,6 @@ def make_extension():
     sources = [s for s in sources if set(SOURCES_NEEDING.get(s, ())) <= libraries.keys()]
     cpp_sources = [s for s in sources if s.endswith('.cpp')]
     cuda_sources = [s for s in sources if s.endswith('.cu')]
-    with_cuda, why = building_for_cuda()
     macros = [(SWITCHES[package], None) for package in libraries]
     # csrc/ on the include path: sources include each other's headers as "masks/rle.h", wherever
     # they sit (a kernel in csrc/masks/cuda/ as well).
@@ -203,7 +237,8 @@ def make_extension():
             if with_cuda else why)
     print(f'[mmdet_ext] building mmdet_ext._C: torch {torch.__version__}, {cuda}; '
           f'OpenCV: {notes["opencv4"]}; libjpeg: {notes["libjpeg"]}; '
-          f'RapidJSON: {notes["RapidJSON"]}; {len(cpp_sources)} C++ + '
+          f'RapidJSON: {notes["RapidJSON"]}; nvJPEG: {notes["nvjpeg"]}; '
+          f'{len(cpp_sources)} C++ + '
           f'{len(cuda_sources)} CUDA sources')
     if with_cuda:
         macros.append(('MMDET_EXT_WITH_CUDA', None))

@@ -10,6 +10,8 @@
 
 #include "io/decode_queue.h"
 #include "io/image_decoder.h"
+#include "io/jpeg_frame.h"
+#include "io/nvjpeg_decode.h"
 #include "store/store_bindings.h"
 
 #ifdef MMDET_EXT_WITH_OPENCV
@@ -86,6 +88,27 @@ std::optional<int> opencv_num_threads() {
 #endif
 }
 
+#ifndef MMDET_EXT_WITH_NVJPEG
+}  // namespace
+
+// This build's answer (io/cuda/nvjpeg_decode.cpp has the other).
+std::optional<std::string> nvjpeg_load_error() {
+  return std::string(with_cuda() ? "this CUDA build has no nvJPEG (setup.py found no nvjpeg.h: "
+                                   "pip install nvidia-nvjpeg, then rebuild)"
+                                 : "this build of mmdet_ext has no CUDA");
+}
+
+namespace {
+#endif
+
+// The bytes of a Python bytes object, for gpu_decode_refusal.
+std::optional<std::string> jpeg_gpu_decode_refusal(const py::bytes& data, int64_t height,
+                                                   int64_t width) {
+  const std::string view = data;
+  return gpu_decode_refusal(reinterpret_cast<const uint8_t*>(view.data()), view.size(), height,
+                            width);
+}
+
 }  // namespace
 }  // namespace mmdet_ext
 
@@ -112,6 +135,11 @@ PYBIND11_MODULE(_C, m) {
 #else
     info["rapidjson"] = false;
 #endif
+#ifdef MMDET_EXT_WITH_NVJPEG
+    info["nvjpeg"] = true;
+#else
+    info["nvjpeg"] = false;
+#endif
     info["source_hash"] = me::source_hash();
     return info;
   }, "What this extension was built with (mmdet_ext.build_info() documents the keys).");
@@ -122,6 +150,13 @@ PYBIND11_MODULE(_C, m) {
         "does nothing in a build without OpenCV.");
   m.def("opencv_num_threads", &me::opencv_num_threads,
         "cv::getNumThreads of the OpenCV the native ops use; None in a build without OpenCV.");
+  m.def("nvjpeg_load_error", &me::nvjpeg_load_error,
+        "Why nvJPEG cannot decode in this process (not built in, library not found), or None; "
+        "loads the library on the first call.");
+  m.def("jpeg_gpu_decode_refusal", &me::jpeg_gpu_decode_refusal, py::arg("data"),
+        py::arg("height"), py::arg("width"),
+        "Why the GPU decode leaves this file to the CPU decoder for a (height, width) image, "
+        "or None when nvJPEG may decode it (csrc/io/jpeg_frame.h).");
   me::bind_store(m);
   me::bind_decode_queue(m);
 }

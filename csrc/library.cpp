@@ -16,6 +16,9 @@ TORCH_LIBRARY(mmdet_ext, m) {
   m.def("decode_images_into(Tensor[] data, int flags, int[] scale_denoms, int? max_pixels, "
         "Tensor(a!) out, int[] offsets, int[] shapes, int num_threads=1, int[]? warps=None, "
         "int interpolation=1, int[]? slot_hw=None) -> ()");
+  // mmdet_ext/ops/gpu_decode.py: decode_jpegs_into, the JPEGs nvJPEG may take decoded on the GPU
+  // into out (CUDA only); returns which it decoded.
+  m.def("decode_jpegs_into(Tensor[] data, Tensor(a!) out, int[] offsets, int[] shapes) -> Tensor");
 
   // mmdet_ext/ops/pixels.py: warp_image, normalize_batch, resize_normalize_batch.
   m.def("warp_image(Tensor image, int out_height, int out_width, int interpolation, int flip) "

@@ -1,11 +1,9 @@
-// EXIF orientation, read and applied the way OpenCV 4.11 does (modules/imgcodecs: ExifReader,
-// ApplyExifOrientation), quirks included: an image cv2.imdecode shows upright must come out of
-// decode_image upright too, and one it leaves alone must stay alone.
+// EXIF orientation, read the way OpenCV 4.11 does (modules/imgcodecs: ExifReader), quirks
+// included: an image cv2.imdecode shows upright must come out of decode_image upright too, and
+// one it leaves alone must stay alone.
 #include "exif_orientation.h"
 
 #include <optional>
-
-#include <opencv2/core.hpp>
 
 namespace mmdet_ext {
 namespace {
@@ -134,22 +132,6 @@ int read_exif_orientation(const uint8_t* app1, size_t size) {
     // as ExifReader: stop here, keep what was read
   }
   return orientation.value_or(1);
-}
-
-cv::Mat apply_exif_orientation(const cv::Mat& image, int orientation) {
-  if (orientation < 2 || orientation > 8) return image;
-  cv::Mat upright;
-  if (orientation <= 4) {
-    // 2: mirror left-right, 3: rotate 180, 4: mirror top-bottom
-    cv::flip(image, upright, orientation == 2 ? 1 : orientation == 3 ? -1 : 0);
-    return upright;
-  }
-  cv::Mat transposed;
-  cv::transpose(image, transposed);
-  if (orientation == 5) return transposed;
-  // 6: rotate 90 clockwise, 7: transpose + rotate 180, 8: rotate 90 counter-clockwise
-  cv::flip(transposed, upright, orientation == 6 ? 1 : orientation == 7 ? -1 : 0);
-  return upright;
 }
 
 }  // namespace mmdet_ext

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include <c10/util/Exception.h>
+#include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
 #include "exif_orientation.h"
@@ -26,6 +27,24 @@ bool is_truncated_jpeg(const uint8_t* data, int64_t size) {
     if (data[i] == 0xFF && data[i + 1] == 0xD9) return false;
   }
   return true;
+}
+
+// The image as cv::imdecode shows it for `orientation` (OpenCV's ApplyExifOrientation: transpose
+// and/or flip; 1 and unknown values return `image` itself).
+cv::Mat apply_exif_orientation(const cv::Mat& image, int orientation) {
+  if (orientation < 2 || orientation > 8) return image;
+  cv::Mat upright;
+  if (orientation <= 4) {
+    // 2: mirror left-right, 3: rotate 180, 4: mirror top-bottom
+    cv::flip(image, upright, orientation == 2 ? 1 : orientation == 3 ? -1 : 0);
+    return upright;
+  }
+  cv::Mat transposed;
+  cv::transpose(image, transposed);
+  if (orientation == 5) return transposed;
+  // 6: rotate 90 clockwise, 7: transpose + rotate 180, 8: rotate 90 counter-clockwise
+  cv::flip(transposed, upright, orientation == 6 ? 1 : orientation == 7 ? -1 : 0);
+  return upright;
 }
 
 bool is_supported_flag(int64_t flags) {
