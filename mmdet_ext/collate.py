@@ -32,7 +32,7 @@ from . import worker_buffers
 from .ops import FLIP_CODES
 from .registry import FUNCTIONS
 from .rounding import padded_size
-from .transforms.fused_loading import JPEG_SCALE_DENOMS, PENDING_WARP_KEY
+from .transforms.fused_loading import DECODED_SHAPE_KEY, JPEG_SCALE_DENOMS, PENDING_WARP_KEY
 
 
 @FUNCTIONS.register_module()
@@ -62,16 +62,24 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
         ``input_shapes`` their sizes after the pending resize, and ``pending_warp`` is
         ``{'image_shapes': Tensor[B, 3] (h, w, c as decoded), 'out_shapes': Tensor[B, 2],
         'flips': Tensor[B] (``mmdet_ext.ops.FLIP_CODES``), 'interpolation': str}``
-        (``pad_size_divisor`` does not apply: nothing is padded).
+        (``pad_size_divisor`` does not apply: nothing is padded). Samples whose bytes are still
+        encoded (``decode_on='device'``): ``inputs`` is their files' bytes one after another,
+        ``image_shapes`` what they decode to, and ``pending_warp['encoded_sizes']`` is
+        Tensor[B] int64, each file's byte count.
     """
     if len(data_batch) == 0:
         raise ValueError('fast_collate: the batch is empty')
     if pad_size_divisor < 1:
         raise ValueError(f'fast_collate: pad_size_divisor must be >= 1, got {pad_size_divisor}')
+    # Deferred samples before the fast-path test: their images are not what the model takes
+    # (decoded size, or a file's bytes), so pseudo_collate would hand it the wrong pixels.
+    warps = _pending_warps(data_batch) if all(
+        isinstance(sample, dict) and isinstance(sample.get('inputs'), torch.Tensor)
+        for sample in data_batch) else None
+    if warps is not None:
+        return _collate_deferred(data_batch, warps, pin_memory)
     if not _has_fast_path(data_batch):
         return pseudo_collate(data_batch)
-    if _pending_warps(data_batch) is not None:
-        return _collate_deferred(data_batch, _pending_warps(data_batch), pin_memory)
     _check_images_have_their_shape(data_batch)
     images = [sample['inputs'] for sample in data_batch]
     first = images[0]
@@ -161,6 +169,11 @@ def _collate_deferred(data_batch: Sequence, warps: list, pin_memory: bool) -> di
     interpolations = {warp['interpolation'] for warp in warps}
     if len(interpolations) != 1:
         raise ValueError(f'fast_collate: one interpolation per batch, got {interpolations}')
+    decoded_shapes = [warp.get(DECODED_SHAPE_KEY) for warp in warps]
+    encoded = decoded_shapes[0] is not None
+    if any((shape is not None) != encoded for shape in decoded_shapes):
+        raise ValueError("fast_collate: some samples of this batch carry encoded bytes "
+                         "(decode_on='device') and others decoded pixels; one pipeline per batch")
     flat = _one_buffer(images)
     if flat is None:
         flat = allocate_batch(images[0], (sum(image.numel() for image in images),), pin_memory)
@@ -170,14 +183,18 @@ def _collate_deferred(data_batch: Sequence, warps: list, pin_memory: bool) -> di
     collated = pseudo_collate(others)
     collated['inputs'] = flat
     collated['input_shapes'] = [tuple(warp['out_shape']) for warp in warps]
+    image_shapes = decoded_shapes if encoded else \
+        [(*image.shape[1:], image.shape[0]) for image in images]
     collated[PENDING_WARP_KEY] = {
-        'image_shapes': torch.tensor([(*image.shape[1:], image.shape[0]) for image in images],
-                                     dtype=torch.int64),
+        'image_shapes': torch.tensor(image_shapes, dtype=torch.int64),
         'out_shapes': torch.tensor(collated['input_shapes'], dtype=torch.int64),
         'flips': torch.tensor([FLIP_CODES[warp['flip_direction']] for warp in warps],
                               dtype=torch.int64),
         'interpolation': interpolations.pop(),
     }
+    if encoded:
+        collated[PENDING_WARP_KEY]['encoded_sizes'] = torch.tensor(
+            [image.numel() for image in images], dtype=torch.int64)
     return collated
 
 

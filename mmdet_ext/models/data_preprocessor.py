@@ -1,13 +1,16 @@
 """``FastDetDataPreprocessor``: mmdet's ``DetDataPreprocessor`` for ``fast_collate`` batches."""
+import logging
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmdet.models.utils.misc import samplelist_boxtype2tensor
+from mmengine.logging import print_log
 
 from .._compat import preprocessor_normalizes, preprocessor_swaps_channels
-from ..ops import deferred_pixels_device, has_kernel, normalize_batch, resize_normalize_batch
+from ..ops import (decode_encoded_batch, deferred_pixels_device, gpu_decodes_on, has_kernel,
+                   normalize_batch, nvjpeg_problem, resize_normalize_batch)
 from ..registry import MODELS
 from ..rounding import padded_size
 from ..transforms.fused_loading import PENDING_WARP_KEY
@@ -35,7 +38,9 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
     buffer) is copied to the model's device as uint8 (``non_blocking`` when it is pinned) and
     resized, flipped, normalised and padded there in one op (``resize_normalize_batch``); on a
     device this build has no kernel for, the op runs on the CPU and the float batch is copied.
-    ``out_dtype`` (float16 / bfloat16) applies to that path only.
+    ``out_dtype`` (float16 / bfloat16) applies to that path only. A deferred batch of encoded
+    files (``decode_on='device'``) is decoded first, on that device: with nvJPEG on a GPU where
+    it may (``ops/gpu_decode.py``), on the CPU otherwise (logged once).
     """
 
     def __init__(self, *args, out_dtype: Optional[str] = None, **kwargs) -> None:
@@ -46,6 +51,7 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
             raise ValueError(f'FastDetDataPreprocessor: out_dtype must be one of '
                              f'{sorted(k for k in dtypes if k)}, got {out_dtype!r}')
         self.out_dtype = dtypes[out_dtype]
+        self._said_cpu_decode = False
 
     def forward(self, data: dict, training: bool = False) -> dict:
         if data.get(PENDING_WARP_KEY) is not None:
@@ -78,7 +84,10 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
         data_samples = self.cast_data(data.get('data_samples'))
         flat: torch.Tensor = data['inputs']
         device = deferred_pixels_device(self.device)
-        flat = flat.to(device, non_blocking=flat.is_pinned())
+        if warp.get('encoded_sizes') is not None:
+            flat = self._decode(flat, warp, device, data_samples)
+        else:
+            flat = flat.to(device, non_blocking=flat.is_pinned())
         channels = int(warp['image_shapes'][0, 2]) if len(warp['image_shapes']) else 3
         reverse = preprocessor_swaps_channels(self) and channels == 3
         mean, std = self._mean_std(channels, device)
@@ -90,6 +99,21 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
         pad_shapes = [(padded_size(h, divisor), padded_size(w, divisor))
                       for h, w in data['input_shapes']]
         return self._finish(inputs, data_samples, pad_shapes, training)
+
+    def _decode(self, encoded: torch.Tensor, warp: dict, device: torch.device,
+                data_samples) -> torch.Tensor:
+        """The batch's files decoded on ``device``, packed as decoded pixels are."""
+        if not gpu_decodes_on(device) and not self._said_cpu_decode:
+            self._said_cpu_decode = True
+            why = nvjpeg_problem() if device.type == 'cuda' else f'the pixels go to {device}'
+            print_log("FastDetDataPreprocessor: decode_on='device' batches are decoded on the CPU "
+                      f'in the training process ({why}); logged once', logger='current',
+                      level=logging.WARNING)
+        shapes = [(int(c), int(h), int(w)) for h, w, c in warp['image_shapes'].tolist()]
+        names = [sample.metainfo.get('img_path') for sample in data_samples] \
+            if data_samples is not None else None
+        return decode_encoded_batch(encoded.cpu(), warp['encoded_sizes'].tolist(), shapes,
+                                    device, names)
 
     def _mean_std(self, channels: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """mean and std per output channel (0 and 1 when this preprocessor does not normalise)."""

@@ -24,8 +24,13 @@ JPEG_SCALE_DENOMS = (8, 4, 2)
 # device (resize_normalize_batch), which reproduces these interpolations bit for bit.
 PIXELS_ON = ('worker', 'device')
 DEVICE_INTERPOLATIONS = ('bilinear', 'nearest')
+# Where the JPEGs are decoded with pixels_on='device': here, or in the training process, on the
+# GPU with nvJPEG (ops/gpu_decode.py); the sample then carries the file's bytes.
+DECODE_ON = ('worker', 'device')
 # The record of what remains to be done to a deferred image; PackDetInputs must carry it.
 PENDING_WARP_KEY = 'pending_warp'
+# In that record, with decode_on='device': the (h, w, c) the sample's bytes decode to.
+DECODED_SHAPE_KEY = 'decoded_shape'
 # PackDetInputs' default meta_keys plus that record.
 DEFERRED_META_KEYS = ('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor', 'flip',
                       'flip_direction', PENDING_WARP_KEY)
@@ -104,6 +109,13 @@ class NativeLoadResizeFlip(BaseTransform):
     ``fast_collate`` packs the batch for ``FastDetDataPreprocessor``, which resizes, flips,
     normalises and pads it in one op on the model's device. Nothing may touch ``img`` in
     between; bilinear and nearest only, no ``to_float32``.
+
+    ``decode_on='device'`` (with ``pixels_on='device'`` and ``color_type='color'``) leaves the
+    decode to the training process too: ``img`` is then the file's bytes (a 1xN uint8 array,
+    so ``inputs`` is Tensor[1, 1, N]) and ``pending_warp['decoded_shape']`` the (h, w, 3) they
+    decode to (from the header; a file whose header does not tell is decoded here to learn it).
+    ``FastDetDataPreprocessor`` decodes the batch on the GPU with nvJPEG where it may
+    (``ops/gpu_decode.py``), else on the CPU. No reduced-size decode: full size, as mmdet.
     """
 
     def __init__(self, scale: Optional[Union[int, tuple[int, int]]] = None,
@@ -115,10 +127,17 @@ class NativeLoadResizeFlip(BaseTransform):
                  color_type: str = 'color', to_float32: bool = False,
                  backend_args: Optional[dict] = None, ignore_empty: bool = False,
                  max_pixels: int = DEFAULT_MAX_PIXELS, reduced_decode: bool = True,
-                 pixels_on: str = 'worker') -> None:
+                 pixels_on: str = 'worker', decode_on: str = 'worker') -> None:
         if pixels_on not in PIXELS_ON:
             raise ValueError(f'NativeLoadResizeFlip: pixels_on must be one of {PIXELS_ON}, '
                              f'got {pixels_on!r}')
+        if decode_on not in DECODE_ON:
+            raise ValueError(f'NativeLoadResizeFlip: decode_on must be one of {DECODE_ON}, '
+                             f'got {decode_on!r}')
+        if decode_on == 'device' and (pixels_on != 'device' or color_type != 'color'):
+            raise ValueError("NativeLoadResizeFlip: decode_on='device' needs pixels_on='device' "
+                             f"and color_type='color', got pixels_on={pixels_on!r}, "
+                             f'color_type={color_type!r}')
         if pixels_on == 'device' and (to_float32 or interpolation not in DEVICE_INTERPOLATIONS):
             raise ValueError(
                 "NativeLoadResizeFlip: pixels_on='device' needs uint8 images (to_float32=False) "
@@ -135,6 +154,7 @@ class NativeLoadResizeFlip(BaseTransform):
         self.max_pixels = max_pixels
         self.reduced_decode = reduced_decode
         self.pixels_on = pixels_on
+        self.decode_on = decode_on
 
     @classmethod
     def from_transforms(cls, resize: Resize, flip: Optional[RandomFlip],
@@ -168,6 +188,8 @@ class NativeLoadResizeFlip(BaseTransform):
 
     @autocast_box_type()
     def transform(self, results: dict) -> Optional[dict]:
+        if self.decode_on == 'device':
+            return self._transform_encoded(results)
         try:
             loaded = self._load(results['img_path'])
         except ImageLoadError as err:
@@ -177,6 +199,45 @@ class NativeLoadResizeFlip(BaseTransform):
         image, size, scale, out_size = loaded
         self._apply(results, image, size, scale, out_size)
         return results
+
+    def _transform_encoded(self, results: dict) -> Optional[dict]:
+        """``transform`` with ``decode_on='device'``: every key from the header, ``img`` the
+        file's bytes."""
+        read = self._read_encoded(results)
+        if read is None:
+            return None
+        encoded, size, scale, out_size = read
+        self._apply(results, None, size, scale, out_size)
+        self._set_encoded_image(results, encoded.numpy(), size)
+        return results
+
+    def _read_encoded(self, results: dict
+                      ) -> Optional[tuple[torch.Tensor, tuple[int, int], tuple, tuple[int, int]]]:
+        """(the file's bytes, the decoded (w, h), results['scale'], the output (w, h)) without
+        decoding where the header tells the decoded size (``plannable``), else after a decode;
+        None where ``transform`` returns None."""
+        filename = results['img_path']
+        try:
+            encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
+            if plannable(header, self.color_type, results):
+                size = (header.width, header.height)
+            else:
+                image = decode_file_bytes(encoded, filename, self.color_type,
+                                          max_pixels=self.max_pixels)
+                size = (image.shape[1], image.shape[0])
+        except ImageLoadError as err:
+            if self.ignore_empty:
+                return None
+            raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
+        return (encoded, size, *self._target_size(*size))
+
+    @staticmethod
+    def _set_encoded_image(results: dict, encoded: np.ndarray, size: tuple[int, int]) -> None:
+        """``img`` of a sample decoded later: the file's N bytes as a 1xN image, which
+        ``PackDetInputs`` makes Tensor[1, 1, N] without a copy; the shape they decode to."""
+        results['img'] = encoded.reshape(1, -1)
+        width, height = size
+        results[PENDING_WARP_KEY][DECODED_SHAPE_KEY] = (height, width, 3)
 
     @autocast_box_type()
     def plan(self, results: dict) -> Optional[PendingDecode]:
@@ -193,6 +254,8 @@ class NativeLoadResizeFlip(BaseTransform):
         ``transform`` decodes it.
         """
         filename = results['img_path']
+        if self.decode_on == 'device':
+            return self._plan_encoded(results)
         image = None
         try:
             encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
@@ -219,6 +282,18 @@ class NativeLoadResizeFlip(BaseTransform):
             image, (out_h, out_w), self.resize.interpolation, direction)
         return PendingDecode(filename, encoded, denom, shape, decoded, (out_h, out_w, direction))
 
+    def _plan_encoded(self, results: dict) -> Optional[PendingDecode]:
+        """``plan`` with ``decode_on='device'``: nothing to decode here; the bytes are the
+        'image' (1, 1, N) that goes into the batch's buffer."""
+        read = self._read_encoded(results)
+        if read is None:
+            return None
+        encoded, size, scale, out_size = read
+        self._apply(results, None, size, scale, out_size)
+        results[PENDING_WARP_KEY][DECODED_SHAPE_KEY] = (size[1], size[0], 3)
+        shape = (1, 1, encoded.numel())
+        return PendingDecode(results['img_path'], None, 1, shape, encoded.view(shape))
+
     @autocast_box_type()
     def plan_geometry(self, results: dict) -> tuple[int, int, Optional[str]]:
         """``plan`` for an image of ``results['ori_shape']`` whose file was read elsewhere:
@@ -233,7 +308,9 @@ class NativeLoadResizeFlip(BaseTransform):
     def finish(self, results: dict, image: torch.Tensor) -> dict:
         """``results`` of ``plan`` with its image (Tensor[C, H, W] uint8 of the shape ``plan``
         said, ``PendingDecode.out_shape``): as ``transform`` leaves them."""
-        if self.pixels_on == 'device':
+        if self.decode_on == 'device':
+            results['img'] = image[0].numpy()  # the bytes, 1xN, as _set_encoded_image
+        elif self.pixels_on == 'device':
             self._set_deferred_image(results, image.permute(1, 2, 0).numpy())
         else:
             self._set_warped_image(results, image.numpy())
@@ -351,4 +428,4 @@ class NativeLoadResizeFlip(BaseTransform):
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(resize={self.resize!r}, flip={self.flip!r}, '
                 f'color_type={self.color_type!r}, reduced_decode={self.reduced_decode}, '
-                f'pixels_on={self.pixels_on!r})')
+                f'pixels_on={self.pixels_on!r}, decode_on={self.decode_on!r})')

@@ -96,7 +96,9 @@ class DevicePrefetcher:
         return item._replace(batch={**item.batch, 'inputs': inputs}, ready=ready)
 
     def _copies(self, batch: Any) -> bool:
+        # Not encoded files (decode_on='device'): nvJPEG reads them from host memory.
         return (isinstance(batch, dict) and batch.get(PENDING_WARP_KEY) is not None
+                and batch[PENDING_WARP_KEY].get('encoded_sizes') is None
                 and isinstance(batch.get('inputs'), torch.Tensor)
                 and self._streams.is_pinned(batch['inputs']))
 
