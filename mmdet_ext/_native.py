@@ -84,6 +84,8 @@ def build_info() -> dict[str, Optional[Union[bool, str]]]:
     ``NotImplementedError``), ``libjpeg`` (libjpeg-turbo's version, e.g. ``'2.1.5'``; None when
     built without it, and then ``decode_image`` raises), ``rapidjson`` (True when the native
     json reader of the annotation store is built in; else stores are built by ``json.loads``),
+    ``nvjpeg`` (True when a CUDA build has the nvJPEG decode of ``decode_on='device'``; the
+    library itself is loaded when first used, ``mmdet_ext.ops.nvjpeg_problem``),
     ``source_hash`` (SHA-256 of the
     ``csrc/`` sources). docs/build.md says how to get the optional parts.
     """

@@ -47,6 +47,8 @@ def collect_env() -> dict[str, str]:
         'libjpeg': info['libjpeg'] or missing,
         'rapidjson': ('yes (native json reader for the annotation store)' if info.get('rapidjson')
                       else 'not built (stores are built by json.loads; docs/annotation_store.md)'),
+        'nvJPEG': ('built (loaded when first used)' if info.get('nvjpeg')
+                   else 'not built (decode_on=\'device\' decodes on the CPU)'),
         'source hash': info['source_hash'],
     }
     env.update({name: _installed(name) for name in IMPORT_NAMES})

@@ -29,7 +29,7 @@ def _pkg_config_version(package: str) -> Optional[str]:
 def test_build_info_describes_this_build():
     info = mmdet_ext.build_info()
     assert set(info) == {'with_cuda', 'cuda_version', 'torch_version', 'opencv_version',
-                         'libjpeg', 'rapidjson', 'source_hash'}
+                         'libjpeg', 'rapidjson', 'nvjpeg', 'source_hash'}
     assert info['with_cuda'] is _C.with_cuda()
     if info['with_cuda']:  # torch refuses to build with an nvcc of another major version
         assert info['cuda_version'].split('.')[0] == torch.version.cuda.split('.')[0]
@@ -42,6 +42,9 @@ def test_build_info_describes_this_build():
     assert info['opencv_version'] == _pkg_config_version('opencv4') == _C.opencv_version()
     assert info['libjpeg'] == (_pkg_config_version('libjpeg') if info['opencv_version'] else None)
     assert info['rapidjson'] is (_pkg_config_version('RapidJSON') is not None)
+    if not info['with_cuda']:  # nvJPEG is built only into CUDA builds
+        assert info['nvjpeg'] is False
+        assert 'no CUDA' in _C.nvjpeg_load_error()
     assert info['source_hash'] == source_hash(REPO_ROOT / 'csrc') == _C.source_hash()
 
 

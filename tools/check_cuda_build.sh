@@ -33,7 +33,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     log "creating $VENV with a CUDA build of torch"
     python3 -m venv "$VENV"
     PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null "$VENV/bin/pip" install torch==2.13.0 numpy ninja \
-        'setuptools<82' wheel
+        'setuptools<82' wheel nvidia-nvjpeg
 fi
 PY="$VENV/bin/python"
 export PATH="$VENV/bin:$PATH"  # torch's BuildExtension looks for ninja on PATH
@@ -115,6 +115,17 @@ print(f'  loaded {Path(so).name} with torch {torch.__version__}: {info}')
 check(_C.with_cuda() is True and info['with_cuda'] is True, '_C.with_cuda() is True')
 check(info['cuda_version'] is not None, f'cuda_version {info["cuda_version"]}')
 check(info['source_hash'] == _C.source_hash(), 'source_hash')
+check(info['nvjpeg'] is True, 'built with nvJPEG (nvjpeg.h of the toolkit or the nvidia-nvjpeg wheel)')
+# As mmdet_ext/ops/gpu_decode.py: the wheel's library loaded first, then found by its soname.
+import ctypes  # noqa: E402
+nvidia = importlib.util.find_spec('nvidia')
+major = torch.version.cuda.split('.')[0]
+for library in sorted(library for root in (nvidia.submodule_search_locations if nvidia else [])
+                      for library in Path(root).glob(f'*/lib/libnvjpeg.so.{major}')):
+    ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+    break
+error = _C.nvjpeg_load_error()
+check(error is None, f'nvJPEG loads with every function decode_jpegs_into calls ({error or "ok"})')
 
 ops = cuda_ops(src / 'csrc')
 if not ops:

@@ -1,11 +1,11 @@
 """Typed Python wrappers of the native ops in ``torch.ops.mmdet_ext``, with their fake kernels.
 
 One module per subject, mirroring ``csrc/``: ``image`` (decoding, ``csrc/io/``; on the GPU with
-nvJPEG: ``gpu_decode``), ``pixels``
-(resize/flip and batch normalisation, ``csrc/transforms/``), ``masks`` (COCO RLE and polygons,
-``csrc/masks/``); ``devices`` says which devices an op has kernels for in this build. In each, an op's wrapper comes first and its fake kernel right after it; the
-wrapper's docstring is the op's contract (shapes, dtypes, units, reference), and the schema in
-``csrc/library.cpp`` points to it. The fake kernels let ``torch.compile`` and
+nvJPEG: ``gpu_decode``), ``pixels`` (resize/flip and batch normalisation, ``csrc/transforms/``),
+``masks`` (COCO RLE and polygons, ``csrc/masks/``); ``devices`` says which devices an op has
+kernels for in this build. In each, an op's wrapper comes first and its fake kernel right after
+it; the wrapper's docstring is the op's contract (shapes, dtypes, units, reference), and the
+schema in ``csrc/library.cpp`` points to it. The fake kernels let ``torch.compile`` and
 ``torch.library.opcheck`` reason about the ops without running them.
 """
 from .devices import deferred_pixels_device, has_kernel

@@ -86,9 +86,10 @@ def gpu_decodes_on(device: torch.device) -> bool:
         nvjpeg_problem() is None
 
 
-def decode_encoded_batch(data: torch.Tensor, sizes: Sequence[int], shapes: Sequence[tuple[int, int, int]],
-                 device: torch.device, names: Optional[Sequence[str]] = None,
-                 max_pixels: Optional[int] = None) -> torch.Tensor:
+def decode_encoded_batch(data: torch.Tensor, sizes: Sequence[int],
+                         shapes: Sequence[tuple[int, int, int]], device: torch.device,
+                         names: Optional[Sequence[str]] = None,
+                         max_pixels: Optional[int] = None) -> torch.Tensor:
     """The encoded images of ``data``, one after another, decoded to their pixels on ``device``.
 
     Args:
