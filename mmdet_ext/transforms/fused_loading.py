@@ -202,20 +202,19 @@ class NativeLoadResizeFlip(BaseTransform):
 
     def _transform_encoded(self, results: dict) -> Optional[dict]:
         """``transform`` with ``decode_on='device'``: every key from the header, ``img`` the
-        file's bytes."""
-        read = self._read_encoded(results)
-        if read is None:
+        file's bytes as a 1xN image, which ``PackDetInputs`` makes Tensor[1, 1, N] without a
+        copy."""
+        encoded = self._apply_encoded(results)
+        if encoded is None:
             return None
-        encoded, size, scale, out_size = read
-        self._apply(results, None, size, scale, out_size)
-        self._set_encoded_image(results, encoded.numpy(), size)
+        results['img'] = encoded.numpy().reshape(1, -1)
         return results
 
-    def _read_encoded(self, results: dict
-                      ) -> Optional[tuple[torch.Tensor, tuple[int, int], tuple, tuple[int, int]]]:
-        """(the file's bytes, the decoded (w, h), results['scale'], the output (w, h)) without
-        decoding where the header tells the decoded size (``plannable``), else after a decode;
-        None where ``transform`` returns None."""
+    def _apply_encoded(self, results: dict) -> Optional[torch.Tensor]:
+        """Read the file and write every result key but ``img``, with the (h, w, 3) the file
+        decodes to in ``pending_warp['decoded_shape']``: from the header where it tells
+        (``plannable``), else from a decode. Returns the file's bytes, or None where
+        ``transform`` returns None."""
         filename = results['img_path']
         try:
             encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
@@ -229,15 +228,10 @@ class NativeLoadResizeFlip(BaseTransform):
             if self.ignore_empty:
                 return None
             raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
-        return (encoded, size, *self._target_size(*size))
-
-    @staticmethod
-    def _set_encoded_image(results: dict, encoded: np.ndarray, size: tuple[int, int]) -> None:
-        """``img`` of a sample decoded later: the file's N bytes as a 1xN image, which
-        ``PackDetInputs`` makes Tensor[1, 1, N] without a copy; the shape they decode to."""
-        results['img'] = encoded.reshape(1, -1)
+        self._apply(results, None, size, *self._target_size(*size))
         width, height = size
         results[PENDING_WARP_KEY][DECODED_SHAPE_KEY] = (height, width, 3)
+        return encoded
 
     @autocast_box_type()
     def plan(self, results: dict) -> Optional[PendingDecode]:
@@ -285,12 +279,9 @@ class NativeLoadResizeFlip(BaseTransform):
     def _plan_encoded(self, results: dict) -> Optional[PendingDecode]:
         """``plan`` with ``decode_on='device'``: nothing to decode here; the bytes are the
         'image' (1, 1, N) that goes into the batch's buffer."""
-        read = self._read_encoded(results)
-        if read is None:
+        encoded = self._apply_encoded(results)
+        if encoded is None:
             return None
-        encoded, size, scale, out_size = read
-        self._apply(results, None, size, scale, out_size)
-        results[PENDING_WARP_KEY][DECODED_SHAPE_KEY] = (size[1], size[0], 3)
         shape = (1, 1, encoded.numel())
         return PendingDecode(results['img_path'], None, 1, shape, encoded.view(shape))
 
@@ -309,7 +300,7 @@ class NativeLoadResizeFlip(BaseTransform):
         """``results`` of ``plan`` with its image (Tensor[C, H, W] uint8 of the shape ``plan``
         said, ``PendingDecode.out_shape``): as ``transform`` leaves them."""
         if self.decode_on == 'device':
-            results['img'] = image[0].numpy()  # the bytes, 1xN, as _set_encoded_image
+            results['img'] = image[0].numpy()  # the bytes, 1xN, as _transform_encoded
         elif self.pixels_on == 'device':
             self._set_deferred_image(results, image.permute(1, 2, 0).numpy())
         else:
