@@ -3,7 +3,8 @@
 # (which has no internet): cp312 manylinux wheels of tools/gpu/requirements.txt, mmcv 2.1.0's
 # source (no cp312 wheel exists; build_mmcv_ops.sh builds it there) and setuptools 81 (mmcv's
 # setup.py and mmengine import pkg_resources, which setuptools 82 dropped). No torch,
-# torchvision or nvidia-*: the image has its own.
+# torchvision or their nvidia-* wheels: the image has its own. nvidia-nvjpeg is in
+# requirements.txt: torch does not bring it, and the build needs its nvjpeg.h.
 #
 #   bash tools/gpu/fetch_wheels.sh [DEST]      # DEST defaults to tools/gpu/wheels (git-ignored)
 #
