@@ -22,6 +22,7 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from helpers.build import needs_native_decoding
+from helpers.deferred_batches import CLASSES, FLIP, PREPROCESSOR, RESIZES
 from helpers.encoded_images import encoded_image
 from mmdet_ext import (FastDetDataPreprocessor, LazyCocoDataset, LoadLazyAnnotations,
                        NativeLoadResizeFlip, fast_collate)
@@ -29,15 +30,6 @@ from mmdet_ext._native import _C
 from mmdet_ext.engine import DevicePrefetcher, RecordingStreams
 from mmdet_ext.ops import decode_encoded_batch, decode_image, decode_jpegs_into, nvjpeg_problem
 from mmdet_ext.transforms import DEFERRED_META_KEYS
-
-CLASSES = ('circle', 'rectangle', 'triangle', 'ring')
-PREPROCESSOR = dict(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
-                    bgr_to_rgb=True, pad_size_divisor=32, pad_mask=True)
-FLIP = dict(prob=[0.25, 0.25, 0.25], direction=['horizontal', 'vertical', 'diagonal'])
-# The toy images are 320x240: down (odd size), up, exactly 2x down, nearest.
-RESIZES = [dict(scale=(301, 211), keep_ratio=True), dict(scale=(1333, 800), keep_ratio=True),
-           dict(scale=(160, 120), keep_ratio=False),
-           dict(scale=(500, 333), keep_ratio=True, interpolation='nearest')]
 
 
 def _dataset(root, decode_on, resize=RESIZES[0], pixels_on='device', **kwargs):
