@@ -11,7 +11,6 @@
 #include "io/decode_queue.h"
 #include "io/image_decoder.h"
 #include "io/jpeg_frame.h"
-#include "io/nvjpeg_decode.h"
 #include "store/store_bindings.h"
 
 #ifdef MMDET_EXT_WITH_OPENCV
@@ -20,6 +19,9 @@
 #endif
 #ifdef MMDET_EXT_WITH_LIBJPEG
 #include "io/jpeg_decoder.h"
+#endif
+#ifdef MMDET_EXT_WITH_NVJPEG
+#include "io/nvjpeg_decode.h"
 #endif
 #ifdef MMDET_EXT_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -88,18 +90,16 @@ std::optional<int> opencv_num_threads() {
 #endif
 }
 
-#ifndef MMDET_EXT_WITH_NVJPEG
-}  // namespace
-
-// This build's answer (io/cuda/nvjpeg_decode.cpp has the other).
-std::optional<std::string> nvjpeg_load_error() {
+// Why nvJPEG cannot decode in this process, or nullopt (io/cuda/nvjpeg_decode.cpp loads it).
+std::optional<std::string> nvjpeg_problem() {
+#ifdef MMDET_EXT_WITH_NVJPEG
+  return nvjpeg_load_error();
+#else
   return std::string(with_cuda() ? "this CUDA build has no nvJPEG (setup.py found no nvjpeg.h: "
                                    "pip install nvidia-nvjpeg, then rebuild)"
                                  : "this build of mmdet_ext has no CUDA");
-}
-
-namespace {
 #endif
+}
 
 // The bytes of a Python bytes object, for gpu_decode_refusal.
 std::optional<std::string> jpeg_gpu_decode_refusal(const py::bytes& data, int64_t height,
@@ -150,7 +150,7 @@ PYBIND11_MODULE(_C, m) {
         "does nothing in a build without OpenCV.");
   m.def("opencv_num_threads", &me::opencv_num_threads,
         "cv::getNumThreads of the OpenCV the native ops use; None in a build without OpenCV.");
-  m.def("nvjpeg_load_error", &me::nvjpeg_load_error,
+  m.def("nvjpeg_load_error", &me::nvjpeg_problem,
         "Why nvJPEG cannot decode in this process (not built in, library not found), or None; "
         "loads the library on the first call.");
   m.def("jpeg_gpu_decode_refusal", &me::jpeg_gpu_decode_refusal, py::arg("data"),

@@ -7,8 +7,9 @@
 
 namespace mmdet_ext {
 
-// Why nvJPEG cannot be used in this process (not built in, the library not found, a symbol
-// missing), or nullopt when it can. Loads the library on the first call.
+// Why nvJPEG cannot be used in this process (the library not found, a function missing), or
+// nullopt when it can. Loads the library on the first call. (bindings.cpp answers for builds
+// without nvJPEG.)
 std::optional<std::string> nvjpeg_load_error();
 
 }  // namespace mmdet_ext

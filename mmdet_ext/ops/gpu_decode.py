@@ -10,6 +10,7 @@ which decodes the whole batch on the GPU before ``resize_normalize_batch``
 import ctypes
 import functools
 import importlib.util
+import itertools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -112,13 +113,13 @@ def decode_encoded_batch(data: torch.Tensor, sizes: Sequence[int],
     """
     if any(int(shape[0]) != 3 for shape in shapes):
         raise ValueError(f'decode_encoded_batch: color images only, (3, H, W), got {list(shapes)}')
-    starts = np.concatenate([[0], np.cumsum([int(s) for s in sizes])]).tolist()
+    starts = list(itertools.accumulate((int(s) for s in sizes), initial=0))
     if starts[-1] != data.numel():
         raise ValueError(f'decode_encoded_batch: the sizes add up to {starts[-1]} bytes, data has '
                          f'{data.numel()}')
     encoded = [data[start:end] for start, end in zip(starts, starts[1:])]
     pixels = [int(np.prod(shape)) for shape in shapes]
-    offsets = np.concatenate([[0], np.cumsum(pixels)]).tolist()
+    offsets = list(itertools.accumulate(pixels, initial=0))
     out = torch.empty(offsets[-1], dtype=torch.uint8, device=device)
     left = list(range(len(encoded)))
     if gpu_decodes_on(out.device):
@@ -130,7 +131,7 @@ def decode_encoded_batch(data: torch.Tensor, sizes: Sequence[int],
         sum(pixels[i] for i in left), dtype=torch.uint8,
         pin_memory=torch.cuda.is_available())
     cpu_offsets = [offsets[i] for i in left] if on_cpu is out else \
-        np.concatenate([[0], np.cumsum([pixels[i] for i in left])]).tolist()[:-1]
+        list(itertools.accumulate((pixels[i] for i in left[:-1]), initial=0))
     try:
         decode_images_into([encoded[i] for i in left], 'color', [1] * len(left), on_cpu,
                            cpu_offsets, [shapes[i] for i in left], max_pixels,
