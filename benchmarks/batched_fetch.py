@@ -403,16 +403,18 @@ def main() -> None:
     write_report(args.out, report(rows, phases, args, cores, load_before, load_after))
 
 
-def pin_to(cores: str) -> list[int]:
+def pin_to(cores: str, mmdet_rows: bool = True) -> list[int]:
     """Pin this process (and the workers it starts) to ``cores`` ('0,1') and set what every
     contender shares: one torch thread, mmdet's best setting (no OpenCV threads, turbojpeg), the
-    mmdet registry scope. Returns the core list."""
+    mmdet registry scope. Returns the core list. ``mmdet_rows=False``: a benchmark without
+    mmdet's loaders leaves mmcv's backend alone (PyTurboJPEG need not be installed)."""
     pinned = [int(c) for c in cores.split(',')]
     os.sched_setaffinity(0, pinned)
     torch.set_num_threads(1)
     cv2.setNumThreads(0)  # mmdet's best setting; our decoder uses no OpenCV threads
     init_default_scope('mmdet')
-    mmcv.use_backend('turbojpeg')
+    if mmdet_rows:
+        mmcv.use_backend('turbojpeg')
     return pinned
 
 

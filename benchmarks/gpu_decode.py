@@ -92,7 +92,7 @@ def bytes_per_sample(ld) -> float:
 def main() -> None:
     args = loader_arguments(__doc__.split('\n')[0], 'benchmarks/results/gpu_decode.md',
                             3).parse_args()
-    cores = pin_to(args.cores)
+    cores = pin_to(args.cores, mmdet_rows=False)
     gpu = torch.device('cuda') if torch.cuda.is_available() else None
     why_no_gpu = 'no CUDA device' if gpu is None else nvjpeg_problem()
     load_before = os.getloadavg()

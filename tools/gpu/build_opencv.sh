@@ -64,8 +64,8 @@ sed -i -e "s|^prefix=.*|prefix=$jpeg/usr|" \
   -e 's|^includedir=.*|includedir=${prefix}/include|' \
   -e 's|^Cflags:.*|Cflags: -I${includedir} -I${includedir}/x86_64-linux-gnu|' "$jpeg_pc"
 
-# 2. OpenCV's source.
-if [ ! -f "$src/CMakeLists.txt" ]; then
+# 2. OpenCV's source (not needed where prefix/ was built elsewhere and carried: see step 3).
+if [ ! -f "$prefix/.installed" ] && [ ! -f "$src/CMakeLists.txt" ]; then
   [ -f "$carried/opencv-src.tar.gz" ] || { log "no $carried/opencv-src.tar.gz"; exit 1; }
   rm -rf "$src" && mkdir -p "$src"
   tar -xzf "$carried/opencv-src.tar.gz" -C "$src" --strip-components=1
@@ -146,6 +146,10 @@ else
 fi
 
 opencv_pc_dir=$(dirname "$(find "$prefix" -name opencv4.pc | head -1)")
+# A prefix built on another machine (the 2-core CI-class machine, carried as
+# build/gpu-opencv/{prefix,libjpeg}: no OpenCV build on the GPU machine's clock) names that
+# machine's path: point its .pc at where it lies now (the other paths are relative to it).
+sed -i "s|^prefix=.*|prefix=$prefix|" "$opencv_pc_dir/opencv4.pc"
 opencv_lib=$(dirname "$(find "$prefix" -name 'libopencv_core.so' | head -1)")
 
 # 4. The caller's environment: prepended (ours first, before any system copy), each only once.

@@ -28,7 +28,10 @@ target=(--only-binary=:all: --python-version 3.12 --implementation cp
         --platform manylinux2014_x86_64)
 download "${target[@]}" -r "$here/requirements.txt"
 download "${target[@]}" "setuptools==81.0.0"
-download --no-binary=:all: "mmcv==2.1.0"
+# pip prepares the sdist's metadata even with --no-deps, running its setup.py, which imports
+# pkg_resources: in an isolated build env (the newest setuptools, 82+) that fails, so it runs
+# with this machine's setuptools (tools/install_deps.sh pins one that has pkg_resources).
+download --no-build-isolation --no-binary=:all: "mmcv==2.1.0"
 
 size=$(du -cb "$dest"/*.whl "$dest"/*.tar.gz | tail -n 1 | cut -f1)
 ls -l "$dest"

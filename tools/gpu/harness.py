@@ -10,6 +10,10 @@ b. mask targets: time per image and peak GPU memory of the mask head's targets, 
    PolygonMasks / LazyInstanceMasks, on CPU and CUDA (mask_targets.py).
 c. train step: Mask R-CNN R50-FPN step time and peak memory, stock data path vs the plugin's
    (train_step.py); needs mmcv's CUDA ops (build_mmcv_ops.sh).
+d. predicted masks: test-time masks to COCO RLE, mmdet's GPU paste + encode_mask_results vs
+   paste_masks_to_rle (predicted_masks.py).
+
+``--only a,d`` runs those measurements alone (the table then holds only their rows).
 
 Without a GPU the CUDA rows say so and the CPU rows are measured; nothing is written unless
 ``--output`` is given. The table is never filled with estimates. docs/gpu.md explains the rows.
@@ -25,6 +29,9 @@ from report import Row, environment_lines, skipped, table
 from timing import release_memory
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # predicted_masks reuses benchmarks/predicted_masks.py's data
+MEASUREMENTS = {'a': 'a. resume memory', 'b': 'b. mask targets', 'c': 'c. train step',
+                'd': 'd. predicted masks'}
 DEFAULT_OUTPUT = REPO / 'benchmarks' / 'results' / 'gpu.md'
 
 
@@ -40,32 +47,39 @@ def mmcv_ops_status() -> tuple[bool, bool, str]:
     return True, True, f'compiled ops with CUDA {cuda}'
 
 
-def run(smoke: bool, repeat: int) -> tuple[list[str], list[Row]]:
-    """Environment lines and table rows."""
+def run(smoke: bool, repeat: int, only: str) -> tuple[list[str], list[Row]]:
+    """Environment lines and table rows of the measurements ``only`` names."""
     has_ops, cuda_ops, ops_text = mmcv_ops_status()
     lines = environment_lines(ops_text)
     if not has_ops:
         # mmdet's mask structures import mmcv.ops, and so does `import mmdet_ext`.
         reason = 'mmcv ops not built (bash tools/gpu/build_mmcv_ops.sh)'
-        return lines, [skipped(m, '-', reason) for m in
-                       ('a. resume memory', 'b. mask targets', 'c. train step')]
+        return lines, [skipped(MEASUREMENTS[m], '-', reason) for m in only]
     import mask_targets
+    import predicted_masks
     import resume_memory
     import train_step
 
     device = 'cpu' if smoke else 'cuda'
-    rows = resume_memory.measure(device)
-    release_memory()
-    if smoke:
+    rows = []
+    if 'a' in only:
+        rows += resume_memory.measure(device)
+        release_memory()
+    if 'b' in only and smoke:
         rows += mask_targets.measure(num_images=2, rois=16, height=200, width=333, repeat=1,
                                      warmup=1, mmcv_cuda_ops=cuda_ops)
-    else:
+    elif 'b' in only:
         rows += mask_targets.measure(repeat=repeat, mmcv_cuda_ops=cuda_ops)
     release_memory()
-    if smoke:
+    if 'c' in only and smoke:
         rows += train_step.measure('cpu', cuda_ops, height=192, width=320, warmup=1, repeat=1)
-    else:
+    elif 'c' in only:
         rows += train_step.measure('cuda', cuda_ops)
+    release_memory()
+    if 'd' in only and smoke:
+        rows += predicted_masks.measure('cpu', repeat=1, warmup=0, sizes=[(48, 64)])
+    elif 'd' in only:
+        rows += predicted_masks.measure('cuda', repeat=repeat)
     return lines, rows
 
 
@@ -88,11 +102,16 @@ def main() -> None:
     parser.add_argument('--smoke', action='store_true',
                         help='run every measurement on the CPU at tiny sizes to check the code '
                         'paths; numbers mean nothing and are never written')
+    parser.add_argument('--only', default=','.join(MEASUREMENTS),
+                        help='comma-separated letters of the measurements to run (default: all)')
     args = parser.parse_args()
+    only = args.only.split(',')
+    if not set(only) <= set(MEASUREMENTS):
+        parser.error(f'--only takes letters of {sorted(MEASUREMENTS)}')
     if args.smoke and args.output:
         parser.error('--smoke numbers mean nothing; they are not written (drop --output)')
 
-    lines, rows = run(args.smoke, args.repeat)
+    lines, rows = run(args.smoke, args.repeat, only)
     if args.smoke:
         lines.insert(0, 'SMOKE RUN: every measurement on the CPU at tiny sizes; not results')
     print('\n'.join(lines))

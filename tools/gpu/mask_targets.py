@@ -24,6 +24,7 @@ from mmdet.structures.mask import BitmapMasks, PolygonMasks
 from pycocotools import mask as mask_utils
 
 from coco_like import AnnotatedImage, coco_like_images, positive_rois
+from mmdet_ext.ops import pack_polygons, polygons_crop_and_resize
 from mmdet_ext.structures import LazyInstanceMasks
 from report import NO_CUDA, Row, mib, skipped
 from timing import median_seconds, peak_bytes
@@ -71,6 +72,15 @@ class Batch:
         rois_np = [positive_rois(image, rois, seed=k) for k, image in enumerate(images)]
         self.rois = {d: [(torch.from_numpy(b).to(d), torch.from_numpy(i).to(d))
                          for b, i in rois_np] for d in devices}
+        self.packed = {d: [[t.to(d) for t in pack_polygons(image.polygons)] for image in images]
+                       for d in devices}
+
+    def kernel_targets(self, device: str) -> list[torch.Tensor]:
+        """The same targets from ``polygons_crop_and_resize`` alone, its inputs already on
+        ``device`` (the packed polygons made once, as a device-resident store would hold
+        them): what the native kernel costs there, without ``crop_and_resize``'s ndarray."""
+        return [polygons_crop_and_resize(*packed, boxes, inds, OUT_SHAPE).to(torch.float32)
+                for packed, (boxes, inds) in zip(self.packed[device], self.rois[device])]
 
     def targets(self, structure: str, device: str) -> list[torch.Tensor]:
         """The mask head's targets for every image, as ``mask_target`` computes them."""
@@ -121,4 +131,15 @@ def measure(num_images: int = 8, rois: int = 128, height: int = 800, width: int 
             memory = mib(peak_bytes(fn)) if device == 'cuda' else '-'
             rows.append(Row(MEASUREMENT, variant, f'{seconds / num_images * 1e3:,.3f} ms/img',
                             memory, f'{size}; {notes}'))
+    for device in ('cuda', 'cpu'):
+        variant = f'polygons_crop_and_resize kernel alone, device={device}'
+        if device == 'cuda' and not has_cuda:
+            rows.append(Row(MEASUREMENT, variant, notes=NO_CUDA))
+            continue
+        fn = functools.partial(batch.kernel_targets, device)
+        seconds = median_seconds(fn, device, repeat, warmup)
+        memory = mib(peak_bytes(fn)) if device == 'cuda' else '-'
+        rows.append(Row(MEASUREMENT, variant, f'{seconds / num_images * 1e3:,.3f} ms/img',
+                        memory, f'{size}; inputs already on the device; '
+                                f'{_agreement(fn(), references)}'))
     return rows

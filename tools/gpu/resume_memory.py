@@ -57,6 +57,9 @@ class ResumeProbe(Hook):
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             self.result['model'] = device_bytes(runner.model.parameters(), runner.model.buffers())
+            # Where each allocation from here on was made (Python frames): the extra bytes'
+            # owners. Allocations made earlier (the model's) are listed without frames.
+            torch.cuda.memory._record_memory_history(max_entries=100_000, stacks='python')
         self._start = time.perf_counter()
 
     def before_train(self, runner) -> None:
@@ -72,6 +75,9 @@ class ResumeProbe(Hook):
             self.result['after'] = torch.cuda.memory_allocated()
             self.result['model_and_state'] = device_bytes(
                 runner.model.parameters(), runner.model.buffers(), state)
+            known = storage_addresses(runner.model.parameters(), runner.model.buffers(), state)
+            self.result['extra_blocks'] = unknown_blocks(torch.cuda.memory._snapshot(), known)
+            torch.cuda.memory._record_memory_history(enabled=None)
 
 
 def device_bytes(*tensor_groups) -> int:
@@ -84,6 +90,33 @@ def device_bytes(*tensor_groups) -> int:
                 rounded_up = -(-storage.nbytes() // ALLOCATOR_BLOCK) * ALLOCATOR_BLOCK
                 blocks[storage.data_ptr()] = rounded_up
     return sum(blocks.values())
+
+
+def storage_addresses(*tensor_groups) -> set[int]:
+    return {t.untyped_storage().data_ptr() for group in tensor_groups for t in group if t.is_cuda}
+
+
+# Frames of these files say how, not who: the first frame outside them names the owner.
+_MACHINERY = ('torch/', 'contextlib.py', 'functools.py', '<frozen', 'threading.py')
+
+
+def unknown_blocks(snapshot: dict, known: set[int]) -> list[list]:
+    """[bytes, where] of each live allocator block that is not one of ``known``'s storages,
+    grouped by where it was allocated (the first frames outside torch's own files, or 'before
+    the resume' for a block allocated before the history was recorded), largest first."""
+    by_owner: collections.Counter = collections.Counter()
+    for segment in snapshot['segments']:
+        address = segment['address']
+        for block in segment['blocks']:
+            address = block.get('address', address)
+            if block['state'] == 'active_allocated' and address not in known:
+                frames = [f for f in block.get('frames', [])
+                          if not any(m in f['filename'] for m in _MACHINERY)]
+                owner = ' < '.join(f"{Path(f['filename']).name}:{f['line']} {f['name']}"
+                                   for f in frames[:3]) or 'before the resume'
+                by_owner[owner] += block['size']
+            address += block['size']
+    return [[size, owner] for owner, size in by_owner.most_common()]
 
 
 def build_runner(work_dir: Path, probe: Hook, resume_from: Path | None = None,
@@ -174,7 +207,8 @@ def _row(label: str, result: dict) -> Row:
     return Row(MEASUREMENT, label, seconds, mib(result['peak']),
                f'model {mib(result["model"])}; after resume {mib(result["after"])} = model + '
                f'{result["state_tensors"]} momentum buffers + {extra:,} B extra; '
-               f'peak - after = {mib(result["peak"] - result["after"])}')
+               f'peak - after = {mib(result["peak"] - result["after"])}; the extra: '
+               + '; '.join(f'{size:,} B at {owner}' for size, owner in result['extra_blocks'][:6]))
 
 
 def measure(device: str) -> list[Row]:
