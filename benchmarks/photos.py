@@ -1,6 +1,8 @@
 """Real photographs for the data-path benchmarks, from a registry package: the colour photos that
 the scikit-image wheel ships in ``skimage/data`` (astronaut, cat, coffee, motorcycles, rocket,
-Hubble deep field, retina, IHC stain), read straight from the wheel file, not installed.
+Hubble deep field, retina, IHC stain), read straight from the wheel file, not installed; where
+there is no wheel (a machine without internet), from an installed scikit-image's ``skimage/data``
+folder, which holds the same files (0.25.2's and 0.26.0's: all nine, identical pixels).
 
 Get the wheel once (a benchmark-only download; nothing in the project needs it):
 
@@ -13,6 +15,7 @@ side: at 640x480 that is real photo content; at 2560x1920 it is upscaled, smooth
 5-megapixel photo, so it decodes somewhat faster than one would.
 """
 import glob
+import importlib.util
 import os
 import zipfile
 from pathlib import Path
@@ -26,15 +29,33 @@ PHOTOS = ('astronaut.png', 'chelsea.png', 'coffee.png', 'motorcycle_left.png',
 GET_WHEEL = f'pip download scikit-image==0.26.0 --no-deps -d {PHOTO_DIR}'
 
 
-def load_photos(directory: Path = PHOTO_DIR) -> list[np.ndarray]:
-    """The colour photographs of the scikit-image wheel in ``directory``, as BGR arrays."""
+def photo_source(directory: Path = PHOTO_DIR) -> Path | None:
+    """Where the photos are read from: the newest scikit-image wheel in ``directory``, else the
+    ``skimage/data`` folder of an installed scikit-image that has any of them (found without
+    importing it), else None."""
     wheels = sorted(glob.glob(str(directory / 'scikit_image-*.whl')))
-    if not wheels:
-        raise SystemExit(f'No scikit-image wheel in {directory}: run `{GET_WHEEL}` once '
-                         '(or pass --content synthetic)')
-    with zipfile.ZipFile(wheels[-1]) as wheel:
-        return [cv2.imdecode(np.frombuffer(wheel.read(f'skimage/data/{name}'), np.uint8),
-                             cv2.IMREAD_COLOR) for name in PHOTOS]
+    if wheels:
+        return Path(wheels[-1])
+    spec = importlib.util.find_spec('skimage')
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    data = Path(list(spec.submodule_search_locations)[0]) / 'data'
+    return data if any((data / name).is_file() for name in PHOTOS) else None
+
+
+def load_photos(directory: Path = PHOTO_DIR) -> list[np.ndarray]:
+    """The colour photographs of ``photo_source(directory)``, as BGR arrays: all of PHOTOS from a
+    wheel, those of PHOTOS that an installed scikit-image has."""
+    source = photo_source(directory)
+    if source is None:
+        raise SystemExit(f'No scikit-image wheel in {directory} and no installed scikit-image: '
+                         f'run `{GET_WHEEL}` once (or pass --content synthetic)')
+    if source.suffix == '.whl':
+        with zipfile.ZipFile(source) as wheel:
+            return [cv2.imdecode(np.frombuffer(wheel.read(f'skimage/data/{name}'), np.uint8),
+                                 cv2.IMREAD_COLOR) for name in PHOTOS]
+    return [cv2.imread(str(source / name), cv2.IMREAD_COLOR) for name in PHOTOS
+            if (source / name).is_file()]
 
 
 def photo_crop(photos: list[np.ndarray], rng: np.random.Generator, width: int,
