@@ -46,10 +46,20 @@ run_step() {
     return 1
   fi
   start=$SECONDS
-  # bash -c: a step may be one of the functions below (exported), which timeout cannot run.
-  timeout --kill-after=5 $((left < max ? left : max)) bash -c '"$@"' "$name" "$@" \
-    >>"$state/$name.log" 2>&1
+  # Its own process group, ended whole at the limit: on 2026-11-28 `timeout` ended pytest but
+  # not its xdist workers, which went on loading the machine under the next steps' timings.
+  # bash -c: a step may be one of the functions below (exported).
+  setsid bash -c '"$@"' "$name" "$@" >>"$state/$name.log" 2>&1 &
+  local pid=$!
+  rm -f "$state/$name.cut"
+  (sleep $((left < max ? left : max)); touch "$state/$name.cut"; kill -TERM -- "-$pid"
+   sleep 5; kill -KILL -- "-$pid") >/dev/null 2>&1 &
+  local watchdog=$!
+  wait "$pid"
   rc=$?
+  kill "$watchdog" 2>/dev/null
+  [ -f "$state/$name.cut" ] && rc=124  # the limit ended it
+  kill -KILL -- "-$pid" 2>/dev/null  # whatever it left running
   echo "$name: rc=$rc in $((SECONDS - start)) s ($(date +%T))" | tee -a "$state/steps.txt"
   # A failure is a result too, not repeated; a step cut off by its time limit runs again in
   # the next call (run.sh's builds carry on where they stopped).
@@ -93,7 +103,9 @@ gpu_test_files=(tests/test_cuda_kernels.py tests/test_resize_normalize.py
   tests/test_build_info.py tests/test_checkpoint_loading.py tests/test_plugin.py
   tests/test_memory_watch_hook.py tests/test_rng_state.py tests/test_sample_seeds.py
   tests/test_worker_defaults.py)
-pytest_args=(-q -rfEs -p no:cacheprovider)
+# -v: each test's outcome is in the log as it ends (a run cut off at its limit printed no
+# summary on 2026-11-28); --timeout: a test that hangs fails alone (pytest-timeout is there).
+pytest_args=(-v -rfEs -p no:cacheprovider --timeout 60)
 r=$state/results
 
 run_step build 200 420 build
