@@ -305,7 +305,7 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
         cols['ann_id'][index] = _key(ann['id'], ann_keys, 'annotation id')
         cols['ann_image_id'][index] = _key(ann['image_id'], image_keys,
                                            f'annotation {ann["id"]!r} refers to image_id')
-        cols['ann_category_id'][index] = as_int64(ann['category_id'])
+        cols['ann_category_id'][index] = id_key(ann['category_id'])
         ann_bbox[index] = ann['bbox']
         cols['ann_area'][index] = ann.get('area', 0.0)
         cols['ann_iscrowd'][index] = bool(ann.get('iscrowd', False))
@@ -414,7 +414,8 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
         'rle_hw': rle_hw,
         'poly_part_offsets': smallest_int(_offsets(part_len)),
         'blob': blob.array(),
-        'category_ids': smallest_int(np.array([c['id'] for c in categories], dtype=np.int64)),
+        'category_ids': smallest_int(np.array([id_key(c['id']) for c in categories],
+                                              dtype=np.int64)),
         'category_name_range': smallest_int(np.array(category_name_ranges,
                                                      dtype=np.int64).reshape(-1, 2)),
         'category_name_bytes': category_names.array(),

@@ -343,6 +343,10 @@ class _Checker:
         # the store keys images by int64 and keeps the json's ids beside (coco_store_layout).
         image_id, name = image.get('id'), image.get('file_name')
         json_height, json_width = image.get('height'), image.get('width')
+        if 'id' not in image:  # an explicit null is an id; no key at all fails pycocotools
+            self.add('image_record_invalid', None, None, _printable(name),
+                     "no 'id' (pycocotools' index needs one: KeyError in mmdet)", storable=False)
+            return
         reason = _path_problem(name)
         if reason is not None:
             self.add('image_record_invalid', image_id, None, None, f'file_name {reason}',
@@ -385,10 +389,10 @@ class _Checker:
         if reason is not None:
             self.add('annotation_record_invalid', image_id, ann_id, None, reason, storable=False)
             return
-        if not _is_int64(ann['category_id']):
+        if not _is_int64(ann['category_id']):  # 1.0, true: pycocotools matches them to 1
             self.add('annotation_record_converted', image_id, ann_id, None,
                      f"category_id {ann['category_id']!r} is stored as the integer "
-                     f"{as_int64(ann['category_id'])}")
+                     f"{id_key(ann['category_id'])}")
         if not _hashable(ann.get('category_id')) or ann.get('category_id') not in category_ids:
             self.add('unknown_category_id', image_id, ann_id, None,
                      f"category_id {ann.get('category_id')!r} is not in \"categories\"")
@@ -518,7 +522,10 @@ def _printable(value):
 def _annotation_record_problem(ann: dict) -> Optional[str]:
     """Why the annotation's own fields cannot be stored, or None."""
     # Any id is kept (hashable, check_coco_layout): mmdet only checks that ids are unique.
-    if as_int64(ann.get('category_id')) is None:
+    for key in ('id', 'area'):  # an explicit null is an id; no key at all fails mmdet
+        if key not in ann:
+            return f"no '{key}' (KeyError in mmdet's CocoDataset)"
+    if id_key(ann.get('category_id')) is None:
         return f"category_id {ann.get('category_id')!r} is not a 64-bit integer"
     for key in ('iscrowd', 'ignore'):  # mmdet reads them as truth values; null is absent
         if ann.get(key) not in (0, 1, None):  # True/False, 1.0/0.0 compare equal to 1/0
@@ -579,16 +586,16 @@ def check_coco_layout(coco, ann_file: str) -> None:
                 raise AnnotationFileError(f'{ann_file}: {key}[{index}] is a '
                                           f'{type(record).__name__}, not an object')
     for index, category in enumerate(coco.get('categories', [])):
-        if not _is_int64(category.get('id')) or not isinstance(category.get('name'), str) \
+        if id_key(category.get('id')) is None or not isinstance(category.get('name'), str) \
                 or _path_problem(category.get('name')) is not None:
             raise AnnotationFileError(f'{ann_file}: categories[{index}] = '
                                       f'{_printable(category)} needs an integer "id" and a '
                                       'UTF-8 string "name"')
-    for key, id_key in (('images', 'id'), ('annotations', 'image_id')):
+    for key, id_field in (('images', 'id'), ('annotations', 'image_id')):
         for index, record in enumerate(coco.get(key, [])):
-            if not _hashable(record.get(id_key)):
-                raise AnnotationFileError(f'{ann_file}: {key}[{index}] has "{id_key}" = '
-                                          f'{_printable(record.get(id_key))}, not an id')
+            if not _hashable(record.get(id_field)):
+                raise AnnotationFileError(f'{ann_file}: {key}[{index}] has "{id_field}" = '
+                                          f'{_printable(record.get(id_field))}, not an id')
     for index, record in enumerate(coco.get('annotations', [])):
         if not _hashable(record.get('id')):
             raise AnnotationFileError(f'{ann_file}: annotations[{index}] has "id" = '
