@@ -236,7 +236,7 @@ def _mask(value: Any) -> Any:
             else {'size': value['size'], 'counts': value['counts'].encode()
                   if isinstance(value['counts'], str) else value['counts']}
         return ('rle', mask_utils.decode(rle).tobytes())
-    if isinstance(value, list):
+    if isinstance(value, list) and all(isinstance(part, list) for part in value):
         return ('polygons', [[float(v) for v in part] for part in value])
     return ('other', repr(value))
 
@@ -262,8 +262,9 @@ def _run(make: Callable[[], Any]) -> tuple[Optional[list], Optional[str]]:
 def outcome(root: Path, coco: dict) -> dict:
     """What mmdet and we make of ``coco`` (samples or the error), and our problem records."""
     ann_file = str(_write(root, coco))
+    # serialize_data=False: the same samples, without mmengine's gc.collect() (0.2 s a dataset).
     common = dict(ann_file=ann_file, data_prefix=dict(img=str(root / 'img') + '/'), pipeline=[],
-                  metainfo=dict(classes=CLASSES))
+                  metainfo=dict(classes=CLASSES), serialize_data=False)
     stock, stock_error = _run(lambda: CocoDataset(**common))
     ours_dataset = []
 
