@@ -315,3 +315,16 @@ def test_everything_dropped_says_what_the_json_lists_and_why(tmp_path):
     assert message.index('image_unreadable x3') < message.index('image_record_invalid x1')
     assert str(report) in message and 'nothing to train on' in message
     assert 'lists no images' not in message
+
+
+def test_keys_for_string_ids_never_collide_with_large_integer_ids(tmp_path):
+    """The keys given to ids that are not integers start past the largest integer id, computed
+    in int64: through float64, 2^62 + 1 would round to 2^62 and the key would be its own."""
+    ids = [(1 << 62) + 1, 'a', (1 << 62) - 1]
+    ann_file = _small_coco(tmp_path, ids)
+    dataset = LazyCocoDataset(ann_file=str(ann_file), pipeline=[],
+                              data_prefix=dict(img=str(tmp_path / 'img') + '/'))
+    assert len(set(dataset.store['image_id'].tolist())) == 3
+    samples = [dataset.get_data_info(i) for i in range(len(dataset))]
+    assert [s['img_id'] for s in samples] == ids
+    assert [len(s['instances']) for s in samples] == [1, 1, 1]

@@ -166,6 +166,13 @@ def _keys_for_odd_ids(ids: list, taken: np.ndarray) -> dict:
     return {value: start + k for k, value in enumerate(odd)}
 
 
+def _taken_keys(int_ids: np.ndarray, json_ids: list) -> np.ndarray:
+    """int64 keys in use: ``int_ids`` and those of ``json_ids`` that equal an int64 (never
+    through float64, which would round ids beyond 2^53)."""
+    keys = [key for key in map(id_key, json_ids) if key is not None]
+    return np.concatenate([int_ids.astype(np.int64), np.array(keys, dtype=np.int64)])
+
+
 def _key(value, odd_keys: dict, what: str) -> int:
     """The int64 key of a json id (``id_key``, else ``odd_keys``)."""
     key = id_key(value)
@@ -245,10 +252,8 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
                              if keep_images[index]}
     image_keys = _keys_for_odd_ids(
         [image['id'] for image in kept_irregular_images.values()],
-        np.concatenate([cols['img_id'][keep_images & (cols['img_irregular'] == 0)],
-                        [key for key in (id_key(image['id'])
-                                         for image in kept_irregular_images.values())
-                         if key is not None]]).astype(np.int64))
+        _taken_keys(cols['img_id'][keep_images & (cols['img_irregular'] == 0)],
+                    [image['id'] for image in kept_irregular_images.values()]))
     name_start = _offsets(cols['img_name_len'])
     name_lengths = cols['img_name_len'].copy()
     pieces, cursor = [], 0
@@ -296,11 +301,9 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
     num_parts = len(cols['part_len'])
     kept_irregular_anns = {index: ann for index, ann in columns.irregular_anns.items()
                            if keep_anns[index]}
-    ann_keys = _keys_for_odd_ids(
-        [ann['id'] for ann in kept_irregular_anns.values()],
-        np.concatenate([cols['ann_id'][keep_anns], [key for key in (
-            id_key(ann['id']) for ann in kept_irregular_anns.values()) if key is not None]]
-        ).astype(np.int64))
+    ann_keys = _keys_for_odd_ids([ann['id'] for ann in kept_irregular_anns.values()],
+                                 _taken_keys(cols['ann_id'][keep_anns],
+                                             [ann['id'] for ann in kept_irregular_anns.values()]))
     for index, ann in kept_irregular_anns.items():
         cols['ann_id'][index] = _key(ann['id'], ann_keys, 'annotation id')
         cols['ann_image_id'][index] = _key(ann['image_id'], image_keys,
