@@ -368,3 +368,50 @@ def test_iterating_polygon_flavour_yields_polygon_masks_members():
             continue
         assert_same_polygons(list(ours[index]), expected)
     assert_same_polygons(list(ours), list(reference))
+
+
+# -- issue 49 item 4: the three places mmdet's own mask tests tell the classes apart -------------
+def _three_polygons() -> list:
+    square = np.array([1.0, 1.0, 5.0, 1.0, 5.0, 5.0, 1.0, 5.0])
+    return [[square], [square + 2, square + 9], [square * 2]]
+
+
+INDEX_DTYPES = [np.int64, np.int32, np.int8, np.uint8, np.uint64, np.float64, np.float32,
+                np.bool_]
+
+
+@pytest.mark.parametrize('dtype', INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize('values', [[], [2, 0], [1]], ids=['empty', 'two', 'one'])
+def test_polygon_flavour_takes_an_index_array_of_any_dtype_as_polygon_masks(dtype, values):
+    """``PolygonMasks.__getitem__`` on an ndarray: bools through ``np.where``, everything else
+    through ``tolist()``, so an empty float array selects nothing and a non-empty one raises."""
+    index = np.array(values, dtype=dtype)
+    reference = PolygonMasks(_three_polygons(), 12, 12)
+    ours = LazyPolygonMasks(_three_polygons(), 12, 12)
+    try:
+        expected = reference[index]
+    except Exception as error:  # noqa: BLE001 -- the same type is what is checked
+        with pytest.raises(type(error)):
+            ours[index]
+        return
+    selected = ours[index]
+    assert type(selected) is LazyPolygonMasks
+    assert_same_polygons(selected.masks, expected.masks)
+    assert_same_polygons(list(selected), list(expected))
+
+
+def test_polygon_flavour_passes_mmdet_polygon_index_iter_and_expand_tests():
+    """mmdet's test_mask_structures.py (its 2.x suite ported to 3.x): ``test_polygon_mask_index``,
+    ``test_polygon_mask_iter`` and ``test_polygon_mask_expand``, on both classes."""
+    for cls in (PolygonMasks, LazyPolygonMasks):
+        raw = _three_polygons()
+        masks = cls(raw, 28, 28)
+        assert len(masks[0]) == 1 and len(masks[[0, 1]]) == 2
+        assert len(masks[np.asarray([0, 1])]) == 2
+        with pytest.raises(ValueError):
+            masks[torch.Tensor([1, 2])]
+        for i, instance in enumerate(masks):
+            assert isinstance(instance, list) and len(instance) == len(raw[i])
+            assert all(np.equal(part, expected).all() for part, expected in zip(instance, raw[i]))
+        with pytest.raises(NotImplementedError):
+            cls([], 28, 28).expand(56, 56, 10, 17)

@@ -10,8 +10,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from mmdet.datasets import CocoDataset
 from pycocotools import mask as mask_utils
 
+from mmdet_ext.datasets import annotation_store
 from mmdet_ext.datasets import DataValidationError, LazyCocoDataset, open_store, validate_coco
 from mmdet_ext.datasets.validation import HEAD_BYTES, TAIL_BYTES, find_problems, resolve_policy
 from mmdet_ext.io import ImageHeaderError, read_image_header
@@ -234,3 +236,95 @@ def test_large_files_are_checked_from_head_and_tail(tmp_path):
                              str(tmp_path))
     assert _kinds(problems) == [('image_unreadable', 2, None)]
     assert 'truncated JPEG' in problems[0].reason
+
+
+def _small_coco(root: Path, ids: list, size=(24, 32)) -> Path:
+    """Images ``ids`` (one instance each) as real JPEGs under ``root/img``; the json's path."""
+    (root / 'img').mkdir(parents=True, exist_ok=True)
+    images, annotations = [], []
+    for k, image_id in enumerate(ids):
+        cv2.imwrite(str(root / 'img' / f'{k}.jpg'), np.zeros((24, 32, 3), dtype=np.uint8))
+        images.append({'id': image_id, 'file_name': f'{k}.jpg', 'height': size[0],
+                       'width': size[1]})
+        annotations.append({'id': k + 1, 'image_id': image_id, 'category_id': 1, 'area': 16.0,
+                            'bbox': [2, 2, 4, 4], 'segmentation': [[2, 2, 6, 2, 6, 6, 2, 6]]})
+    path = root / 'ann.json'
+    path.write_text(json.dumps({'images': images, 'annotations': annotations,
+                                'categories': [{'id': 1, 'name': 'person'}]}))
+    return path
+
+
+@pytest.mark.parametrize('reader', ['native', 'python'])
+def test_ids_that_are_not_integers_load_as_mmdet_gives_them(tmp_path, monkeypatch, reader):
+    """Strings, null, 2^70, 1.5 and 7.0 stay the json's ids in ``img_id``; annotations find their
+    image by Python equality (7.0 == 7), as pycocotools' index does (issue 49)."""
+    monkeypatch.setenv(annotation_store.JSON_READER_ENV, reader)
+    ids = ['a', None, 1 << 70, 1.5, 7.0, 3]
+    ann_file = _small_coco(tmp_path, ids)
+    coco = json.loads(ann_file.read_text())
+    coco['annotations'][4]['image_id'] = 7  # the int an image id of 7.0 equals
+    ann_file.write_text(json.dumps(coco))
+    kwargs = dict(ann_file=str(ann_file), data_prefix=dict(img=str(tmp_path / 'img') + '/'),
+                  pipeline=[])
+    ours = LazyCocoDataset(store_cache_dir=str(tmp_path / 'stores'), **kwargs)
+    stock = CocoDataset(**kwargs)
+    got = [ours.get_data_info(i) for i in range(len(ours))]
+    assert [(type(s['img_id']), s['img_id']) for s in got] == [(type(v), v) for v in ids]
+    for sample, expected in zip(got, (stock.get_data_info(i) for i in range(len(stock)))):
+        assert sample['img_id'] == expected['img_id'] and len(sample['instances']) == 1
+        assert sample['instances'] == expected['instances']
+    assert not Path(ours.store.path + '.problems.jsonl').exists()
+
+
+def test_integral_float_sizes_load_as_ints_with_a_record(tmp_path):
+    ann_file = _small_coco(tmp_path, [1, 2], size=(24.0, 32.0))
+    dataset = LazyCocoDataset(ann_file=str(ann_file), pipeline=[],
+                              data_prefix=dict(img=str(tmp_path / 'img') + '/'))
+    sample = dataset.get_data_info(0)
+    assert (sample['height'], sample['width']) == (24, 32)
+    assert type(sample['height']) is int and len(sample['instances']) == 1
+    records = [json.loads(line) for line in
+               Path(dataset.store.path + '.problems.jsonl').read_text().splitlines()]
+    assert [(r['kind'], r['image_id'], r['action']) for r in records] == [
+        ('image_record_converted', 1, 'report'), ('image_record_converted', 2, 'report')]
+    assert 'height=24.0 width=32.0 is stored as the integers 24x32' in records[0]['reason']
+
+
+def test_everything_dropped_says_what_the_json_lists_and_why(tmp_path):
+    """Not "the json lists no images": what it lists, what was dropped, the most common reasons
+    with a count and an example each, and where the report is (issue 49)."""
+    ann_file = _small_coco(tmp_path, [1, 2, 3, 4])
+    coco = json.loads(ann_file.read_text())
+    for image in coco['images'][:3]:
+        image['height'] = 'tall'
+    coco['images'][3]['file_name'] = ''
+    coco['annotations'].append(dict(coco['annotations'][3], id=99, bbox=[1, 1, -2, 3]))
+    ann_file.write_text(json.dumps(coco))
+    with pytest.raises(DataValidationError) as info:
+        LazyCocoDataset(ann_file=str(ann_file), pipeline=[],
+                        data_prefix=dict(img=str(tmp_path / 'img') + '/'))
+    message = str(info.value)
+    report = next(tmp_path.glob('*.problems.jsonl'))
+    assert message.startswith(f'{ann_file} (image prefix ')
+    assert 'the json lists 4 images and 5 instances; validation dropped 4 of the images and ' \
+        '5 of the instances' in message
+    assert "image_unreadable x3 (drop_image), e.g. image 1 annotation None file '0.jpg': json " \
+        "size height='tall' width=32 is not two positive integers" in message
+    assert 'image_record_invalid x1 (drop_image), e.g. image 4' in message
+    assert 'bbox_invalid x1 (drop_instance), e.g. image 4 annotation 99' in message
+    assert message.index('image_unreadable x3') < message.index('image_record_invalid x1')
+    assert str(report) in message and 'nothing to train on' in message
+    assert 'lists no images' not in message
+
+
+def test_keys_for_string_ids_never_collide_with_large_integer_ids(tmp_path):
+    """The keys given to ids that are not integers start past the largest integer id, computed
+    in int64: through float64, 2^62 + 1 would round to 2^62 and the key would be its own."""
+    ids = [(1 << 62) + 1, 'a', (1 << 62) - 1]
+    ann_file = _small_coco(tmp_path, ids)
+    dataset = LazyCocoDataset(ann_file=str(ann_file), pipeline=[],
+                              data_prefix=dict(img=str(tmp_path / 'img') + '/'))
+    assert len(set(dataset.store['image_id'].tolist())) == 3
+    samples = [dataset.get_data_info(i) for i in range(len(dataset))]
+    assert [s['img_id'] for s in samples] == ids
+    assert [len(s['instances']) for s in samples] == [1, 1, 1]

@@ -58,7 +58,8 @@ from mmengine.logging import print_log
 from .._native import _C
 from .coco_columns import (IMAGE_NAME_SOURCES, CocoColumns, name_images, native_reader_available,
                            read_columns, validate_columns)
-from .coco_store_layout import LAYOUT_VERSION, coco_to_columns, columns_to_sections
+from .coco_store_layout import (IMAGE_ID_JSON_BYTES, IMAGE_ID_JSON_OFFSETS, LAYOUT_VERSION,
+                                coco_to_columns, columns_to_sections)
 from ..io import open_regular_file
 from .validation import AnnotationFileError, DuplicateIdError, parse_coco_json
 
@@ -69,6 +70,9 @@ CHECKED_FILES = 'checked_file_bytes'  # the judged files' paths, NUL-separated
 CHECKED_STATES = 'checked_file_state'  # [N, 2] int64: size, mtime_ns; -1, -1 when missing
 MISSING_IMAGES = 'missing_images'  # [missing, checked] int64
 MISSING_EXAMPLE = 'missing_image_example'  # one missing path, bytes
+# [listed images, listed instances, dropped images, dropped instances] int64: what the json
+# lists and what validation left out (the store holds the rest).
+VALIDATION_COUNTS = 'validation_counts'
 PROBLEMS_SUFFIX = '.problems.jsonl'
 # Only where the folder itself cannot be locked (NFS); removed by its holder before it lets go.
 FOLDER_LOCK_NAME = '.mdxstore.lock'
@@ -139,6 +143,14 @@ class AnnotationStore:
 
     def text(self, bytes_name: str, start: int, end: int) -> str:
         return self.arrays[bytes_name][start:end].tobytes().decode()
+
+    def image_id(self, row: int) -> Union[int, str, float, bool, None]:
+        """The json's id of image ``row``, as mmdet's ``CocoDataset`` gives it in ``img_id``
+        (a string stays a string; ``coco_store_layout``'s layout 3)."""
+        if IMAGE_ID_JSON_BYTES not in self.arrays:
+            return int(self.arrays['image_id'][row])
+        offsets = self.arrays[IMAGE_ID_JSON_OFFSETS]
+        return json.loads(self.text(IMAGE_ID_JSON_BYTES, int(offsets[row]), int(offsets[row + 1])))
 
     def file_name(self, row: int) -> str:
         """``file_name`` of image ``row``."""
@@ -381,6 +393,9 @@ def _validation_sections(report) -> dict[str, np.ndarray]:
         CHECKED_STATES: np.array([report.file_states[p] for p in paths],
                                  dtype=np.int64).reshape(-1, 2),
         MISSING_IMAGES: np.array([report.missing_images, report.images_checked], dtype=np.int64),
+        VALIDATION_COUNTS: np.array([report.listed_images, report.listed_instances,
+                                     report.dropped_images, report.dropped_instances],
+                                    dtype=np.int64),
         MISSING_EXAMPLE: np.frombuffer(report.missing_example.encode('utf-8', 'surrogateescape'),
                                        dtype=np.uint8),
     }

@@ -20,10 +20,11 @@ from typing import Callable, Optional
 import numpy as np
 
 from .._native import _C
-from .validation import (_INT64, MAX_MISSING_FRACTION, AnnotationFileError, MissingImagesError,
+from .validation import (MAX_MISSING_FRACTION, AnnotationFileError, MissingImagesError,
                          ValidationReport, _Checker, _hashable, _is_int64, _path_problem,
-                         _printable, check_coco_layout, decide_actions, missing_images_message,
-                         resolve_policy, MAX_POLYGON_COORDINATE, BBOX_TOLERANCE)
+                         _printable, check_coco_layout, decide_actions, id_key,
+                         missing_images_message, resolve_policy, MAX_POLYGON_COORDINATE,
+                         BBOX_TOLERANCE)
 from ..io import DEFAULT_MAX_PIXELS
 
 KIND_NONE, KIND_POLYGON, KIND_IRREGULAR = 0, 1, 2
@@ -271,18 +272,10 @@ class _ImageLookup:
                 return self.python.get(value, -1)
             except TypeError:
                 return -1
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            if isinstance(value, bool):
-                value = int(value)
-            else:
-                return -1
-        if isinstance(value, float):
-            if not value.is_integer() or not _INT64[0] <= value <= _INT64[1]:
-                return -1
-            value = int(value)
-        if not _is_int64(value):
+        key = id_key(value)
+        if key is None:
             return -1
-        return int(self.rows(np.array([value], dtype=np.int64))[0])
+        return int(self.rows(np.array([key], dtype=np.int64))[0])
 
 
 def _first_occurrence_dups(ids: np.ndarray) -> np.ndarray:
@@ -415,7 +408,9 @@ def _annotation_suspects(columns: CocoColumns, rows: np.ndarray, category_ids: n
     height = img_h[safe_rows].astype(np.float64)
     width = img_w[safe_rows].astype(np.float64)
     suspect = known & image_irregular[safe_rows]
-    suspect |= ~np.isfinite(cols['ann_area'])
+    # A record without "area" is regular with area 0 in the columns (rare in real data): judged
+    # from the json, as _Checker records a missing key.
+    suspect |= ~np.isfinite(cols['ann_area']) | (cols['ann_area'] == 0)
     suspect |= ~np.isin(cols['ann_category_id'], category_ids)
     bbox = cols['ann_bbox']
     x, y, w, h = bbox[:, 0], bbox[:, 1], bbox[:, 2], bbox[:, 3]
@@ -546,5 +541,6 @@ def _apply_policy(columns: CocoColumns, problems: list, policy: Optional[dict],
         keep_anns[index] = image_id not in bad_images and (image_id, ann_id) not in bad_anns
     report = ValidationReport(problems, actions,
                               dropped_images=int((~keep_images).sum()),
-                              dropped_instances=int((~keep_anns).sum()))
+                              dropped_instances=int((~keep_anns).sum()),
+                              listed_images=columns.num_images, listed_instances=columns.num_anns)
     return keep_images, keep_anns, report

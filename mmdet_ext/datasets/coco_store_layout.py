@@ -18,23 +18,35 @@ exactly the float64 of every value, bit for bit (-0.0 and NaN included: else flo
 stored, k = -1). COCO's two-decimal polygons then take 2 bytes a coordinate instead of 8.
 Read them with ``decoded``. Layout 1 (float64/int64 everywhere, ``file_name_range``) is never
 read: its stores are rebuilt.
+
+Layout 3: ids the json writes as something other than an int64 (strings, null, 2^70, 1.0, which
+pycocotools and mmdet's ``CocoDataset`` take as they are) no longer drop their records.
+``image_id`` is then an int64 key (the id itself where it equals an int64, ``1.0 == 1``; else
+one that no other image uses) and ``image_id_json`` (``image_id_json_offsets`` delimiting runs of
+``image_id_json_bytes``, present only when some id is not an int64) holds every image's id as
+json text, so samples carry the json's id (``AnnotationStore.image_id``). Annotation ids get keys
+the same way (mmdet's samples never show them); annotations find their image by Python equality,
+as pycocotools' index does. Layout 2 stores dropped such records: they are rebuilt.
 """
+import json
 from typing import Callable, Optional
 
 import numpy as np
 
 from ..structures.coco_rle import compressed_rle_counts
 from .coco_columns import KIND_IRREGULAR, KIND_POLYGON, CocoColumns
-from .validation import _is_int64
+from .validation import _INT64, _is_int64, as_int64, id_key
 
 MASK_NONE, MASK_POLYGON, MASK_RLE, MASK_PNG = 0, 1, 2, 3
 
 # Bump together with the section meanings below (the C++ format version covers the container).
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 # Sections stored as scaled integers where lossless (see the module doc).
 SCALED_SECTIONS = ('bbox', 'area', 'poly_coords')
 MAX_DECIMALS = 9
 SCALE_CHUNK = 1 << 22  # values encoded at a time
+# The json's image ids as json text, where some are not int64s (see the module doc).
+IMAGE_ID_JSON_OFFSETS, IMAGE_ID_JSON_BYTES = 'image_id_json_offsets', 'image_id_json_bytes'
 _INT_TYPES = (np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.int64)
 
 
@@ -133,6 +145,44 @@ def decoded(store, name: str, index=slice(None)) -> np.ndarray:
     return decode_scaled(store[name][index], int(store[f'{name}_decimals'][0]))
 
 
+def _keys_for_odd_ids(ids: list, taken: np.ndarray) -> dict:
+    """{json id: int64 key} for the ``ids`` that equal no int64 (``id_key`` None), in json
+    order; the keys are consecutive and none is in ``taken`` (the int64 keys of the other ids).
+
+    Raises:
+        ValueError: ``taken`` spans so much of the int64 range that no run of keys is free.
+    """
+    odd = list(dict.fromkeys(value for value in ids if id_key(value) is None))
+    if not odd:
+        return {}
+    low, high = (int(taken.min()), int(taken.max())) if len(taken) else (0, -1)
+    if high + len(odd) <= _INT64[1]:
+        start = high + 1
+    elif low - len(odd) >= _INT64[0]:
+        start = low - len(odd)
+    else:
+        raise ValueError(f'{len(odd)} ids that are not integers (e.g. {odd[0]!r}) need int64 '
+                         f'keys, and the integer ids span {low}..{high}: none is left free')
+    return {value: start + k for k, value in enumerate(odd)}
+
+
+def _taken_keys(int_ids: np.ndarray, json_ids: list) -> np.ndarray:
+    """int64 keys in use: ``int_ids`` and those of ``json_ids`` that equal an int64 (never
+    through float64, which would round ids beyond 2^53)."""
+    keys = [key for key in map(id_key, json_ids) if key is not None]
+    return np.concatenate([int_ids.astype(np.int64), np.array(keys, dtype=np.int64)])
+
+
+def _key(value, odd_keys: dict, what: str) -> int:
+    """The int64 key of a json id (``id_key``, else ``odd_keys``)."""
+    key = id_key(value)
+    if key is None:
+        key = odd_keys.get(value)
+        if key is None:
+            raise ValueError(f'{what} {value!r}, which is not in "images"')
+    return key
+
+
 def coco_to_columns(coco: dict, path: str) -> CocoColumns:
     """A parsed json (the Python builder) as ``CocoColumns``: every record is "irregular", i.e.
     taken from its dict, as the native reader's irregular records are."""
@@ -169,6 +219,17 @@ def coco_to_columns(coco: dict, path: str) -> CocoColumns:
                        dict(enumerate(annotations)))
 
 
+def _image_id_json(columns: CocoColumns, image_rows: np.ndarray) -> Optional[list[bytes]]:
+    """The json text of the id of every image in ``image_rows``, or None when all are int64s
+    (the store's ``image_id`` then is the id itself)."""
+    irregular = columns.irregular_images
+    if all(_is_int64(irregular[row]['id']) for row in image_rows.tolist() if row in irregular):
+        return None
+    ids = columns.cols['img_id']
+    return [json.dumps(irregular[row]['id']).encode() if row in irregular else b'%d' % ids[row]
+            for row in image_rows.tolist()]
+
+
 def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] = None,
                         keep_anns: Optional[np.ndarray] = None,
                         progress: Optional[Callable[[int, int], None]] = None
@@ -187,14 +248,19 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
     ann_bbox = cols['ann_bbox'].reshape(-1, 4)
 
     # Images: the columns, with irregular ones filled from their dicts.
+    kept_irregular_images = {index: image for index, image in columns.irregular_images.items()
+                             if keep_images[index]}
+    image_keys = _keys_for_odd_ids(
+        [image['id'] for image in kept_irregular_images.values()],
+        _taken_keys(cols['img_id'][keep_images & (cols['img_irregular'] == 0)],
+                    [image['id'] for image in kept_irregular_images.values()]))
     name_start = _offsets(cols['img_name_len'])
     name_lengths = cols['img_name_len'].copy()
     pieces, cursor = [], 0
-    for index, image in sorted(columns.irregular_images.items()):
-        if not keep_images[index]:
-            continue  # left at its placeholders (and left out below)
-        cols['img_id'][index] = image['id']
-        cols['img_h'][index], cols['img_w'][index] = image['height'], image['width']
+    for index, image in sorted(kept_irregular_images.items()):
+        cols['img_id'][index] = _key(image['id'], image_keys, 'image id')
+        cols['img_h'][index] = as_int64(image['height'])
+        cols['img_w'][index] = as_int64(image['width'])
         data = image['file_name'].encode()
         start = int(name_start[index])
         pieces += [cols['img_name_bytes'][cursor:start], np.frombuffer(data, np.uint8)]
@@ -215,6 +281,7 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
             + np.arange(int(kept_name_len.sum()), dtype=np.int64)
         file_name_bytes = name_bytes[take]
     image_ids = cols['img_id'][image_rows]
+    id_json = _image_id_json(columns, image_rows)
 
     # Annotations: irregular ones filled from their dicts; masks of irregular ones collected.
     blob = _Blob()
@@ -232,12 +299,16 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
     extra_parts: list[int] = []
     extra_coords: list[np.ndarray] = []
     num_parts = len(cols['part_len'])
-    for index, ann in columns.irregular_anns.items():
-        if not keep_anns[index]:
-            continue
-        cols['ann_id'][index] = ann['id']
-        cols['ann_image_id'][index] = ann['image_id']
-        cols['ann_category_id'][index] = ann['category_id']
+    kept_irregular_anns = {index: ann for index, ann in columns.irregular_anns.items()
+                           if keep_anns[index]}
+    ann_keys = _keys_for_odd_ids([ann['id'] for ann in kept_irregular_anns.values()],
+                                 _taken_keys(cols['ann_id'][keep_anns],
+                                             [ann['id'] for ann in kept_irregular_anns.values()]))
+    for index, ann in kept_irregular_anns.items():
+        cols['ann_id'][index] = _key(ann['id'], ann_keys, 'annotation id')
+        cols['ann_image_id'][index] = _key(ann['image_id'], image_keys,
+                                           f'annotation {ann["id"]!r} refers to image_id')
+        cols['ann_category_id'][index] = id_key(ann['category_id'])
         ann_bbox[index] = ann['bbox']
         cols['ann_area'][index] = ann.get('area', 0.0)
         cols['ann_iscrowd'][index] = bool(ann.get('iscrowd', False))
@@ -330,6 +401,9 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
         'file_name_bytes': file_name_bytes,
         'instance_offsets': smallest_int(_offsets(instance_counts)),
     }
+    if id_json is not None:
+        sections[IMAGE_ID_JSON_OFFSETS] = smallest_int(_offsets([len(t) for t in id_json]))
+        sections[IMAGE_ID_JSON_BYTES] = np.frombuffer(b''.join(id_json), dtype=np.uint8)
     for name, column in (('ann_id', 'ann_id'), ('category_id', 'ann_category_id')):
         sections[name] = smallest_int(cols.pop(column)[ann_rows])
     for name, column in (('iscrowd', 'ann_iscrowd'), ('ignore', 'ann_ignore')):
@@ -343,7 +417,8 @@ def columns_to_sections(columns: CocoColumns, keep_images: Optional[np.ndarray] 
         'rle_hw': rle_hw,
         'poly_part_offsets': smallest_int(_offsets(part_len)),
         'blob': blob.array(),
-        'category_ids': smallest_int(np.array([c['id'] for c in categories], dtype=np.int64)),
+        'category_ids': smallest_int(np.array([id_key(c['id']) for c in categories],
+                                              dtype=np.int64)),
         'category_name_range': smallest_int(np.array(category_name_ranges,
                                                      dtype=np.int64).reshape(-1, 2)),
         'category_name_bytes': category_names.array(),

@@ -11,7 +11,8 @@ from mmengine.logging import print_log
 from .._compat import dataset_fully_initialized, dataset_indices, mark_dataset_fully_initialized
 from ..io import DEFAULT_MAX_PIXELS
 from ..registry import DATASETS
-from .annotation_store import MISSING_EXAMPLE, MISSING_IMAGES, AnnotationStore, open_store
+from .annotation_store import (MISSING_EXAMPLE, MISSING_IMAGES, PROBLEMS_SUFFIX,
+                               VALIDATION_COUNTS, AnnotationStore, open_store)
 from .bad_samples import BadSampleHandler, log_dir
 from .batched_fetch import BatchedFetcher, batch_plan
 from .coco_store_layout import MASK_PNG, MASK_POLYGON, MASK_RLE, decoded
@@ -19,7 +20,8 @@ from .inflight import InflightRecord
 from .sample_seeds import load_seeded
 from .shared_instance_tensors import share_instance_tensors
 from .validation import (MAX_MISSING_FRACTION, DataValidationError, MissingImagesError,
-                         missing_images_message, resolve_policy)
+                         missing_images_message, nothing_left_message, read_problems,
+                         resolve_policy)
 
 
 @DATASETS.register_module()
@@ -46,7 +48,8 @@ class LazyCocoDataset(BaseDetDataset):
       ``DEFAULT_POLICY``); problems found are reported in ``<store>.problems.jsonl``. In
       ``test_mode`` nothing is dropped and nothing fails (every action becomes ``'report'``):
       ``CocoMetric`` evaluates against the original json, so the evaluated images must stay the
-      json's (only records the store cannot hold, such as a string id, are left out).
+      json's (only records the store cannot hold, such as a box that is not numbers, are left
+      out). Ids need not be integers: ``img_id`` is the json's id, string or not.
     - Missing image files are kept by default, as ``CocoDataset`` keeps them (it never opens
       images at init): loading one raises an error that is also a ``FileNotFoundError``. When
       more than ``MAX_MISSING_FRACTION`` of the images were missing at validation, the first
@@ -147,9 +150,15 @@ class LazyCocoDataset(BaseDetDataset):
     def _empty_reason(self) -> str:
         where = f'{self.ann_file} (image prefix {self.data_prefix.get("img", "")!r})'
         if self.store.num_images == 0:
-            if MISSING_IMAGES in self.store.arrays and int(self.store[MISSING_IMAGES][1]):
-                return (f'{where}: no image is left after validation; see the problem report '
-                        f'{self.store.path}.problems.jsonl')
+            counts = self.store.arrays.get(VALIDATION_COUNTS)
+            if counts is not None and int(counts[0]):
+                problems_path = self.store.path + PROBLEMS_SUFFIX
+                try:
+                    problems = read_problems(problems_path)
+                except (OSError, ValueError):
+                    problems = None
+                return f'{where}: no image is left after validation: ' + nothing_left_message(
+                    *(int(v) for v in counts), problems, problems_path)
             return f'{where}: the json lists no images; there is nothing to train on'
         return (f'{where}: filter_cfg={self.filter_cfg} (or indices) left none of the '
                 f'{self.store.num_images} images; there is nothing to train on')
@@ -163,11 +172,11 @@ class LazyCocoDataset(BaseDetDataset):
         return {'img_prefix': self.data_prefix.get('img', ''), 'mask_root': self.data_root or '',
                 'policy': policy, 'max_pixels': self.max_pixels}
 
-    def _image_ref(self, idx: int) -> tuple[int, str]:
+    def _image_ref(self, idx: int) -> tuple[Any, str]:
         """(img_id, img_path) of sample ``idx``, without building its instances."""
         row = int(self._rows[idx])
         file_name = self.store.file_name(row)
-        return int(self.store['image_id'][row]), osp.join(self.data_prefix['img'], file_name)
+        return self.store.image_id(row), osp.join(self.data_prefix['img'], file_name)
 
     def prepare_data(self, idx: int) -> Optional[dict]:
         """The pipeline's output for ``idx``; a failure goes through ``self.bad_samples``."""
@@ -288,7 +297,7 @@ class LazyCocoDataset(BaseDetDataset):
                                     file_name.rsplit('.', 1)[0] + self.seg_map_suffix)
         data_info = {
             'img_path': osp.join(self.data_prefix['img'], file_name),
-            'img_id': int(store['image_id'][row]),
+            'img_id': store.image_id(row),
             'seg_map_path': seg_map_path,
             'height': height,
             'width': width,

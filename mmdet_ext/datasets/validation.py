@@ -39,15 +39,17 @@ from ..ops import rle_area, rle_from_polygons, rle_from_string
 
 ACTIONS = ('drop_instance', 'drop_image', 'fail', 'report')
 IMAGE_KINDS = ('image_missing', 'image_unreadable', 'image_size_mismatch', 'duplicate_image_id',
-               'image_record_invalid')
+               'image_record_invalid', 'image_record_converted')
 DEFAULT_POLICY: dict[str, str] = {
     'image_missing': 'report',  # kept, as mmdet keeps it; loading it raises FileNotFoundError
     'image_unreadable': 'drop_image',  # truncated, not an image, a pipe/device/directory, too large
     'image_size_mismatch': 'drop_image',
-    'image_record_invalid': 'drop_image',  # id not an int64, file_name not a UTF-8 path
+    'image_record_invalid': 'drop_image',  # file_name not a UTF-8 path
+    'image_record_converted': 'report',  # height/width integral floats (640.0), stored as ints
     'duplicate_image_id': 'fail',
     'duplicate_ann_id': 'fail',
-    'annotation_record_invalid': 'drop_instance',  # id not an int64, iscrowd/area malformed
+    'annotation_record_invalid': 'drop_instance',  # category_id not integral, iscrowd/area bad
+    'annotation_record_converted': 'report',  # category_id an integral float, stored as an int
     'unknown_image_id': 'drop_instance',
     'unknown_category_id': 'drop_instance',
     'bbox_invalid': 'drop_instance',  # NaN/inf, non-positive size, malformed
@@ -127,6 +129,8 @@ class ValidationReport:
     actions: list[str]
     dropped_images: int = 0
     dropped_instances: int = 0
+    listed_images: int = 0  # what the json lists, before anything is dropped
+    listed_instances: int = 0
     file_states: dict[str, tuple[int, int]] = field(default_factory=dict)
     images_checked: int = 0
     missing_images: int = 0
@@ -144,6 +148,46 @@ class ValidationReport:
         with open(path, 'w') as f:
             f.writelines(json.dumps({**asdict(problem), 'action': action}) + '\n'
                          for problem, action in zip(self.problems, self.actions))
+
+
+DROP_ACTIONS = ('drop_image', 'drop_instance')
+
+
+def read_problems(path: str) -> list[dict]:
+    """The records ``ValidationReport.write_jsonl`` wrote to ``path`` (one dict per problem)."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def nothing_left_message(listed_images: int, listed_instances: int, dropped_images: int,
+                         dropped_instances: int, problems: Optional[list[dict]],
+                         problems_path: str, top: int = 3) -> str:
+    """Why validation left no image: what the json lists, what was dropped, the ``top`` most
+    common kinds of drop (a count and one example each), and where the full report is.
+
+    ``problems``: ``read_problems``' records, or None when the report cannot be read.
+    """
+    lines = [f'the json lists {listed_images} images and {listed_instances} instances; '
+             f'validation dropped {dropped_images} of the images and {dropped_instances} of the '
+             'instances, so there is nothing to train on']
+    if problems is None:
+        lines.append(f'the problem report {problems_path} cannot be read')
+        return '\n  '.join(lines)
+    dropped = [p for p in problems if p.get('action') in DROP_ACTIONS]
+    kinds = Counter(p['kind'] for p in dropped)
+    example = {}
+    for problem in dropped:
+        example.setdefault(problem['kind'], problem)
+    lines.append(f'most common reasons ({len(dropped)} records dropped data):')
+    for kind, count in kinds.most_common(top):
+        p = example[kind]
+        lines.append(f'  {kind} x{count} ({p["action"]}), e.g. image {p["image_id"]!r} '
+                     f'annotation {p["ann_id"]!r} file {p["file"]!r}: {p["reason"]}')
+    if len(kinds) > top:
+        lines.append(f'  ... and {len(kinds) - top} more kinds')
+    lines.append(f'every problem and the action taken: {problems_path}; bad_data_policy decides '
+                 'what each kind does (docs/bad_data.md)')
+    return '\n  '.join(lines)
 
 
 def resolve_policy(policy: Optional[dict[str, str]]) -> dict[str, str]:
@@ -212,6 +256,24 @@ def _is_int64(value) -> bool:
         _INT64[0] <= value <= _INT64[1]
 
 
+def as_int64(value) -> Optional[int]:
+    """``value`` as the int64 it equals where the store may keep it so: an int64 int, or a float
+    that is integral (640.0, as some exporters write sizes; Python and pycocotools compare it
+    equal to 640). None for anything else: bools (a json ``true`` is no size or id), fractions,
+    strings, out-of-range numbers."""
+    if _is_int64(value):
+        return value
+    if isinstance(value, float) and value.is_integer() and _INT64[0] <= value < 2.0 ** 63:
+        return int(value)
+    return None
+
+
+def id_key(value) -> Optional[int]:
+    """The int64 a json id equals under Python equality (pycocotools' dicts compare ids so:
+    ``1 == 1.0 == True``), or None where it equals none (a string, null, 1.5, 2^70)."""
+    return int(value) if isinstance(value, bool) else as_int64(value)
+
+
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -277,22 +339,29 @@ class _Checker:
         return None
 
     def image(self, image: dict) -> None:
+        # Any id is kept (check_coco_layout has made sure it is hashable, all pycocotools needs):
+        # the store keys images by int64 and keeps the json's ids beside (coco_store_layout).
         image_id, name = image.get('id'), image.get('file_name')
-        height, width = image.get('height'), image.get('width')
-        if not _is_int64(image_id):
-            self.add('image_record_invalid', image_id, None, _printable(name),
-                     f'image id {image_id!r} is not a 64-bit integer', storable=False)
+        json_height, json_width = image.get('height'), image.get('width')
+        if 'id' not in image:  # an explicit null is an id; no key at all fails pycocotools
+            self.add('image_record_invalid', None, None, _printable(name),
+                     "no 'id' (pycocotools' index needs one: KeyError in mmdet)", storable=False)
             return
         reason = _path_problem(name)
         if reason is not None:
             self.add('image_record_invalid', image_id, None, None, f'file_name {reason}',
                      storable=False)
             return
-        if not all(_is_int64(v) and v > 0 for v in (height, width)):
+        height, width = as_int64(json_height), as_int64(json_width)
+        if height is None or width is None or height <= 0 or width <= 0:
             self.add('image_unreadable', image_id, None, name,
-                     f'json size height={height} width={width} is not two positive integers',
-                         storable=False)
+                     f'json size height={json_height!r} width={json_width!r} is not two '
+                     'positive integers', storable=False)
             return
+        if not (_is_int64(json_height) and _is_int64(json_width)):
+            self.add('image_record_converted', image_id, None, name,
+                     f'json size height={json_height!r} width={json_width!r} is stored as the '
+                     f'integers {height}x{width}')
         if height * width > self.max_pixels:
             self.add('image_unreadable', image_id, None, name,
                      f'json declares {height}x{width} pixels, more than max_pixels='
@@ -313,13 +382,17 @@ class _Checker:
 
     def annotation(self, ann: dict, image: dict, category_ids: set) -> None:
         image_id, ann_id = image['id'], ann.get('id')
-        height, width = image.get('height', 0), image.get('width', 0)
-        if not (_is_int64(height) and _is_int64(width)):
+        height, width = as_int64(image.get('height')), as_int64(image.get('width'))
+        if height is None or width is None:
             return  # the image itself is recorded and dropped; nothing to measure against
         reason = _annotation_record_problem(ann)
         if reason is not None:
             self.add('annotation_record_invalid', image_id, ann_id, None, reason, storable=False)
             return
+        if not _is_int64(ann['category_id']):  # 1.0, true: pycocotools matches them to 1
+            self.add('annotation_record_converted', image_id, ann_id, None,
+                     f"category_id {ann['category_id']!r} is stored as the integer "
+                     f"{id_key(ann['category_id'])}")
         if not _hashable(ann.get('category_id')) or ann.get('category_id') not in category_ids:
             self.add('unknown_category_id', image_id, ann_id, None,
                      f"category_id {ann.get('category_id')!r} is not in \"categories\"")
@@ -448,14 +521,15 @@ def _printable(value):
 
 def _annotation_record_problem(ann: dict) -> Optional[str]:
     """Why the annotation's own fields cannot be stored, or None."""
-    if not _is_int64(ann.get('id')):
-        return f"annotation id {ann.get('id')!r} is not a 64-bit integer"
-    if not _is_int64(ann.get('category_id')):
+    # Any id is kept (hashable, check_coco_layout): mmdet only checks that ids are unique.
+    for key in ('id', 'area'):  # an explicit null is an id; no key at all fails mmdet
+        if key not in ann:
+            return f"no '{key}' (KeyError in mmdet's CocoDataset)"
+    if id_key(ann.get('category_id')) is None:
         return f"category_id {ann.get('category_id')!r} is not a 64-bit integer"
-    if ann.get('iscrowd', 0) not in (0, 1):  # True/False compare equal to 1/0
-        return f"iscrowd {ann.get('iscrowd')!r} is not 0 or 1"
-    if ann.get('ignore', 0) not in (0, 1):
-        return f"ignore {ann.get('ignore')!r} is not 0 or 1"
+    for key in ('iscrowd', 'ignore'):  # mmdet reads them as truth values; null is absent
+        if ann.get(key) not in (0, 1, None):  # True/False, 1.0/0.0 compare equal to 1/0
+            return f'{key} {ann.get(key)!r} is not 0 or 1'
     area = ann.get('area', 0.0)
     if not _is_number(area) or not _finite(area):
         return f'area {area!r} is not a finite number'
@@ -512,16 +586,16 @@ def check_coco_layout(coco, ann_file: str) -> None:
                 raise AnnotationFileError(f'{ann_file}: {key}[{index}] is a '
                                           f'{type(record).__name__}, not an object')
     for index, category in enumerate(coco.get('categories', [])):
-        if not _is_int64(category.get('id')) or not isinstance(category.get('name'), str) \
+        if id_key(category.get('id')) is None or not isinstance(category.get('name'), str) \
                 or _path_problem(category.get('name')) is not None:
             raise AnnotationFileError(f'{ann_file}: categories[{index}] = '
                                       f'{_printable(category)} needs an integer "id" and a '
                                       'UTF-8 string "name"')
-    for key, id_key in (('images', 'id'), ('annotations', 'image_id')):
+    for key, id_field in (('images', 'id'), ('annotations', 'image_id')):
         for index, record in enumerate(coco.get(key, [])):
-            if not _hashable(record.get(id_key)):
-                raise AnnotationFileError(f'{ann_file}: {key}[{index}] has "{id_key}" = '
-                                          f'{_printable(record.get(id_key))}, not an id')
+            if not _hashable(record.get(id_field)):
+                raise AnnotationFileError(f'{ann_file}: {key}[{index}] has "{id_field}" = '
+                                          f'{_printable(record.get(id_field))}, not an id')
     for index, record in enumerate(coco.get('annotations', [])):
         if not _hashable(record.get('id')):
             raise AnnotationFileError(f'{ann_file}: annotations[{index}] has "id" = '
@@ -648,7 +722,8 @@ def apply_policy(coco: dict, problems: list[Problem],
     kept_images = [image for image in images if _printable(image.get('id')) not in bad_images]
     report = ValidationReport(problems, actions,
                               dropped_images=len(images) - len(kept_images),
-                              dropped_instances=len(annotations) - len(kept_anns))
+                              dropped_instances=len(annotations) - len(kept_anns),
+                              listed_images=len(images), listed_instances=len(annotations))
     return {**coco, 'images': kept_images, 'annotations': kept_anns}, report
 
 
