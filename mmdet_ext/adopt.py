@@ -110,7 +110,9 @@ def adopt(config_globals: dict) -> None:
            if key != '_base_' and not key.startswith('__')
            and not isinstance(value, (types.FunctionType, types.ModuleType, type))}
     config = Config(copy.deepcopy(dict(config_globals['_base_'])))
-    config.merge_from_dict(own)
+    # A copy: merge_from_dict pops each `_delete_` it applies from the dicts it is given, and
+    # these are the file's own, which mmengine merges over the base after this call.
+    config.merge_from_dict(copy.deepcopy(own))
 
     transform_types = dict(ANNOTATION_LOADER_TYPES)
     if build_info()['opencv_version'] is not None:
@@ -121,10 +123,13 @@ def adopt(config_globals: dict) -> None:
     adopted: dict[str, Any] = {}
     for name in DATALOADERS:
         if config.get(name) and config[name].get('dataset'):
-            adopted[name] = _adopt_dataloader(config[name], transform_types, pad_size_divisor)
+            # The whole resolved dataloader, standing for the base's (`_delete_`): merged over
+            # the base, a key the file's own `_delete_` removed would come back.
+            adopted[name] = dict(_delete_=True, **_adopt_dataloader(config[name], transform_types,
+                                                                   pad_size_divisor))
     if preprocessor:
-        adopted['model'] = dict(data_preprocessor=dict(
-            type=_swapped(preprocessor.get('type'), PREPROCESSOR_TYPES)))
+        adopted['model'] = _merged_into(own.get('model'), dict(data_preprocessor=dict(
+            type=_swapped(preprocessor.get('type'), PREPROCESSOR_TYPES))))
 
     imports = list(config.get('custom_imports', {}).get('imports', []))
     adopted['custom_imports'] = dict(imports=imports + ['mmdet_ext'] * ('mmdet_ext' not in imports),
@@ -134,5 +139,15 @@ def adopt(config_globals: dict) -> None:
     present = {hook.get('type') for hook in hooks}
     adopted['custom_hooks'] = hooks + [h for h in runtime_hooks if h['type'] not in present]
     if 'checkpoint' in config.get('default_hooks', {}):
-        adopted['default_hooks'] = dict(checkpoint=dict(type=checkpoint_type))
+        adopted['default_hooks'] = _merged_into(own.get('default_hooks'),
+                                                dict(checkpoint=dict(type=checkpoint_type)))
     config_globals.update(adopted)
+
+
+def _merged_into(own_value: Any, change: dict) -> dict:
+    """The file's own value of a key (a dict, or None where it set none) with ``change``
+    merged in: what the file set stays (its ``_delete_`` too), as mmengine would merge it."""
+    merged = copy.deepcopy(dict(own_value)) if isinstance(own_value, dict) else {}
+    for key, value in change.items():
+        merged[key] = _merged_into(merged.get(key), value) if isinstance(value, dict) else value
+    return merged

@@ -10,6 +10,7 @@ import pytest
 from mmdet.registry import DATASETS
 from mmdet.structures import DetDataSample
 from mmengine.config import Config
+from mmengine.hub import get_config
 from mmengine.registry import HOOKS, DefaultScope
 
 import mmdet_ext
@@ -154,3 +155,39 @@ def test_unknown_scoped_config_names_the_path(elsewhere):
     path.write_text("_base_ = 'mmdet_ext::_base_/no_such_runtime.py'\n")
     with pytest.raises(FileNotFoundError, match='no_such_runtime.py'):
         Config.fromfile(str(path))
+
+
+def test_adopt_keeps_what_the_config_file_set_before_it(elsewhere):
+    """The file's own `model`, `default_hooks` and `_delete_` lines survive the call (each was
+    lost before: the first two replaced by what adopt set, the third popped by the merge)."""
+    path = elsewhere / 'own_lines.py'
+    path.write_text('''_base_ = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
+model = dict(backbone=dict(init_cfg=None), data_preprocessor=dict(pad_size_divisor=64))
+default_hooks = dict(logger=dict(interval=1))
+train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=5)
+train_dataloader = dict(_delete_=True, batch_size=3, num_workers=0,
+                        sampler=dict(type='DefaultSampler', shuffle=False),
+                        dataset=dict(type='CocoDataset', data_root='d/', ann_file='a.json',
+                                     pipeline=[dict(type='LoadImageFromFile'),
+                                               dict(type='PackDetInputs')]))
+from mmdet_ext.adopt import adopt  # noqa: E402
+adopt(globals())
+''')
+    cfg = Config.fromfile(str(path))
+    stock = get_config('mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py')
+    assert cfg.model.backbone.init_cfg is None
+    assert cfg.model.backbone.depth == stock.model.backbone.depth  # the rest of the base kept
+    assert cfg.model.data_preprocessor.type == 'FastDetDataPreprocessor'
+    assert cfg.model.data_preprocessor.pad_size_divisor == 64
+    assert cfg.model.data_preprocessor.mean == stock.model.data_preprocessor.mean
+    assert cfg.default_hooks.logger.interval == 1
+    assert cfg.default_hooks.checkpoint.type == 'AtomicCheckpointHook'
+    assert cfg.default_hooks.checkpoint.interval == stock.default_hooks.checkpoint.interval
+    assert cfg.train_cfg == dict(type='IterBasedTrainLoop', max_iters=5)
+    # The file's dataloader replaced the base's (no persistent_workers, no aspect-ratio
+    # batch_sampler come back from it), and was adopted.
+    assert 'persistent_workers' not in cfg.train_dataloader
+    assert 'batch_sampler' not in cfg.train_dataloader
+    assert cfg.train_dataloader.batch_size == 3
+    assert cfg.train_dataloader.dataset.type == 'LazyCocoDataset'
+    assert cfg.train_dataloader.collate_fn == dict(type='fast_collate', pad_size_divisor=64)
