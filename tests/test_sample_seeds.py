@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmdet_ext.datasets.sample_seeds import seeded_rngs
+from mmdet_ext.datasets.seeded_rngs import seeded_rngs
 
 
 def _draws():

@@ -55,7 +55,7 @@ from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
 from ..transforms.fused_mmdet_loading import MmdetLoadingPlan, fuse_mmdet_loading
 from .columnar_annotations import columnar_plan
 from .overlapped_decode import DecodeFailed, OverlappedDecode, OverlappedWarp
-from .sample_seeds import load_seeded, seed_rngs
+from .seeded_rngs import load_seeded, seed_rngs
 
 # Whether a LoadLazyAnnotations reads the store's columns where it can (columnar_plan); off
 # only to measure what that saves (benchmarks/batched_fetch.py).

@@ -164,11 +164,7 @@ def columnar_plan(dataset: Any, plan: Any) -> Optional[tuple[Any, ColumnarAnnota
     and where nothing after the loader reads ``instances`` (no annotation loader, no
     ``PackDetInputs`` meta key).
     """
-    # Imported here: lazy_coco imports the batched fetch, which imports this module.
-    from .lazy_coco import LazyCocoDataset
-    if any(getattr(type(dataset), name) is not getattr(LazyCocoDataset, name)
-           for name in ('get_data_info', 'data_info_without_instances', '_data_info',
-                         '_instance', '_mask')):
+    if not getattr(dataset, 'instances_from_store_rows', False):
         return None
     if any(isinstance(t, LoadAnnotations) for t in plan.after) or any(
             isinstance(t, PackDetInputs) and 'instances' in t.meta_keys for t in plan.after):

@@ -17,7 +17,7 @@ from .bad_samples import BadSampleHandler, log_dir
 from .batched_fetch import BatchedFetcher, batch_plan
 from .coco_store_layout import MASK_PNG, MASK_POLYGON, MASK_RLE, decoded
 from .inflight import InflightRecord
-from .sample_seeds import load_seeded
+from .seeded_rngs import load_seeded
 from .shared_instance_tensors import share_instance_tensors
 from .validation import (MAX_MISSING_FRACTION, DataValidationError, MissingImagesError,
                          missing_images_message, nothing_left_message, read_problems,
@@ -274,6 +274,18 @@ class LazyCocoDataset(BaseDetDataset):
         if not dataset_fully_initialized(self):
             self.full_init()
         return len(self._rows)
+
+    # What makes a sample's instances from the store's rows; a subclass that overrides any of
+    # them may make others, which the columnar reading (columnar_annotations.py) would not give.
+    _INSTANCE_MAKERS = ('get_data_info', 'data_info_without_instances', '_data_info', '_instance',
+                        '_mask')
+
+    @property
+    def instances_from_store_rows(self) -> bool:
+        """Whether this dataset's instances are exactly the store's rows as this class makes
+        them (no override of ``_INSTANCE_MAKERS``): the batched fetch may then read the columns."""
+        return all(getattr(type(self), name) is getattr(LazyCocoDataset, name)
+                   for name in self._INSTANCE_MAKERS)
 
     def get_data_info(self, idx: int) -> dict:
         """A fresh ``data_info`` dict for sample ``idx`` (new objects on every call)."""

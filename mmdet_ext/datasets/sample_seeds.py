@@ -23,58 +23,20 @@ Design:
   model -- stay untouched). Plain indices (val, test, other users) pass through unchanged.
 * ``install_resumable_loading`` puts both into a built DataLoader before its first iteration.
 """
-import contextlib
-import random
 from typing import Any, Iterator, NamedTuple, Optional
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .._compat import discard_dataloader_iterator
+from .seeded_rngs import load_seeded, sample_seed
+from .wrapper_fetch import fetch_batch
 
 
 class SeededKey(NamedTuple):
     """What ``ResumableBatchSampler`` yields per sample: dataset index and augmentation seed."""
     index: int
     seed: int
-
-
-def sample_seed(seed: int, epoch: int, rank: int, batch: int, slot: int) -> int:
-    """A 32-bit seed for one sample, from where it is in the run (all arguments >= 0)."""
-    return int(np.random.SeedSequence([seed, epoch, rank, batch, slot]).generate_state(1)[0])
-
-
-def seed_rngs(seed: int) -> None:
-    """Seed python ``random``, numpy's global RNG and torch's CPU RNG (the caller restores them:
-    ``seeded_rngs`` per sample, the batched fetch once per batch)."""
-    random.seed(seed)
-    np.random.seed(seed)
-    # The CPU generator only, the one restored afterwards. torch.manual_seed would also reseed
-    # the CUDA generators (the model's dropout, with num_workers=0) and, before CUDA is
-    # initialised, queue that call with a formatted stack trace: ~1 ms per sample.
-    torch.default_generator.manual_seed(seed)
-
-
-@contextlib.contextmanager
-def seeded_rngs(seed: int) -> Iterator[None]:
-    """Seed python ``random``, numpy's global RNG and torch's CPU RNG; restore them afterwards."""
-    python, numpy, torch_cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    seed_rngs(seed)
-    try:
-        yield
-    finally:
-        random.setstate(python)
-        np.random.set_state(numpy)
-        torch.set_rng_state(torch_cpu)
-
-
-def load_seeded(dataset: Any, index: int, seed: Optional[int]) -> Any:
-    """``dataset[index]``, under ``seeded_rngs(seed)`` when a seed is given."""
-    if seed is None:
-        return dataset[index]
-    with seeded_rngs(seed):
-        return dataset[index]
 
 
 class PerSampleSeedDataset(Dataset):
@@ -113,7 +75,6 @@ class PerSampleSeedDataset(Dataset):
         sample as ``__getitem__``."""
         if not all(isinstance(key, SeededKey) for key in keys):
             return [self[key] for key in keys]
-        from .wrapper_fetch import fetch_batch  # here: it imports load_seeded from this module
         return fetch_batch(self.dataset, [key.index for key in keys], [key.seed for key in keys])
 
 

@@ -20,7 +20,7 @@ from typing import Any, Optional
 from mmengine.dataset import ClassBalancedDataset, ConcatDataset, RepeatDataset
 from mmengine.logging import print_log
 
-from .sample_seeds import load_seeded
+from .seeded_rngs import load_seeded
 
 _logged: set[str] = set()
 

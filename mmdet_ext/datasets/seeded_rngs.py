@@ -1,0 +1,46 @@
+"""One sample's random draws from its own seed: python ``random``, numpy's global RNG and torch's
+CPU RNG seeded, and put back afterwards (``sample_seeds.py`` says why and where the seeds come
+from)."""
+import contextlib
+import random
+from typing import Any, Iterator, Optional
+
+import numpy as np
+import torch
+
+
+def sample_seed(seed: int, epoch: int, rank: int, batch: int, slot: int) -> int:
+    """A 32-bit seed for one sample, from where it is in the run (all arguments >= 0)."""
+    return int(np.random.SeedSequence([seed, epoch, rank, batch, slot]).generate_state(1)[0])
+
+
+def seed_rngs(seed: int) -> None:
+    """Seed python ``random``, numpy's global RNG and torch's CPU RNG (the caller restores them:
+    ``seeded_rngs`` per sample, the batched fetch once per batch)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    # The CPU generator only, the one restored afterwards. torch.manual_seed would also reseed
+    # the CUDA generators (the model's dropout, with num_workers=0) and, before CUDA is
+    # initialised, queue that call with a formatted stack trace: ~1 ms per sample.
+    torch.default_generator.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def seeded_rngs(seed: int) -> Iterator[None]:
+    """Seed python ``random``, numpy's global RNG and torch's CPU RNG; restore them afterwards."""
+    python, numpy, torch_cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    seed_rngs(seed)
+    try:
+        yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)
+        torch.set_rng_state(torch_cpu)
+
+
+def load_seeded(dataset: Any, index: int, seed: Optional[int]) -> Any:
+    """``dataset[index]``, under ``seeded_rngs(seed)`` when a seed is given."""
+    if seed is None:
+        return dataset[index]
+    with seeded_rngs(seed):
+        return dataset[index]
