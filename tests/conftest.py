@@ -1,11 +1,15 @@
 """Shared fixtures: a small toy COCO dataset on disk, running the main job on it, and clean
 checkpoint loaders per test."""
 import gc
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
 
+import cv2
+import numpy as np
 import psutil
 import pytest
 
@@ -18,6 +22,38 @@ def toy_coco_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Root of a 8-train / 4-val toy COCO dataset (320x240 JPEGs)."""
     root = tmp_path_factory.mktemp('toy_coco')
     make_toy_coco(root, num_train=8, num_val=4, seed=0)
+    return root
+
+
+# Added to a copy of the toy train split so that the dataset filters have something to remove:
+# (file, width, height, category ids of its rectangles). min(36, 48) < 40 <= min(50, 60) < 64.
+MIXED_EXTRA_IMAGES = (('small.jpg', 36, 48, (2,)), ('portrait.jpg', 50, 60, (1,)),
+                      ('empty.jpg', 320, 240, ()))
+
+
+@pytest.fixture(scope='session')
+def mixed_coco_root(toy_coco_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy set with ``MIXED_EXTRA_IMAGES`` (img_ids 9, 10, 11) added to its train split: two
+    small images for ``min_size`` and one without annotations for ``filter_empty_gt``."""
+    root = tmp_path_factory.mktemp('mixed_coco')
+    shutil.copytree(toy_coco_root, root, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns('*.mdxstore*'))
+    path = root / 'annotations' / 'instances_train.json'
+    coco = json.loads(path.read_text())
+    for file_name, width, height, categories in MIXED_EXTRA_IMAGES:
+        image_id = max(image['id'] for image in coco['images']) + 1
+        image = np.full((height, width, 3), 90, np.uint8)
+        x0, y0, x1, y1 = width // 4, height // 4, 3 * width // 4, 3 * height // 4
+        for category in categories:
+            image[y0:y1, x0:x1] = 200
+            coco['annotations'].append(dict(
+                id=max(ann['id'] for ann in coco['annotations']) + 1, image_id=image_id,
+                category_id=category, bbox=[x0, y0, x1 - x0, y1 - y0],
+                area=float((x1 - x0) * (y1 - y0)), iscrowd=0,
+                segmentation=[[x0, y0, x1, y0, x1, y1, x0, y1]]))
+        cv2.imwrite(str(root / 'train' / file_name), image)
+        coco['images'].append(dict(id=image_id, file_name=file_name, width=width, height=height))
+    path.write_text(json.dumps(coco))
     return root
 
 

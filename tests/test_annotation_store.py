@@ -11,6 +11,7 @@ import pickle
 import stat
 import shutil
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -324,31 +325,55 @@ def test_problem_report_only_when_validation_finds_problems(toy_coco_root, tmp_p
         ['instances_train.json'] + [os.path.basename(s.path) for s in (clean, test_mode, plain)])
 
 
-def _open_and_report(ann_file: str, barrier, results) -> None:
+def _open_and_report(ann_file: str, barrier, results, notes: str) -> None:
+    """Open the store as one of two ranks. The one that builds it holds the build until the
+    other has said it waits on the folder lock (``notes``/waiting), so the two overlap on any
+    machine; with a lock that lets both in, each builds (after its wait runs out)."""
+    import logging
+
+    from mmengine.logging import MMLogger
+    waiting = os.path.join(notes, 'waiting')
+
+    class NoteWaiting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if 'Waiting for another process' in record.getMessage():
+                open(waiting, 'w').close()
+
+    MMLogger.get_current_instance().addHandler(NoteWaiting())
     builds = []
     build_store = annotation_store.build_store
-    annotation_store.build_store = lambda *args: builds.append(1) or build_store(*args)
+
+    def build_once_the_other_waits(*args):
+        builds.append(1)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(waiting) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return build_store(*args)
+
+    annotation_store.build_store = build_once_the_other_waits
     barrier.wait(120)
     store = open_store(ann_file)
     results.put((store.path, store.num_instances, float(store['bbox'].sum()), len(builds)))
 
 
-def test_concurrent_builders_make_one_store(toy_coco_root, tmp_path):
+def test_concurrent_builders_make_one_store(toy_coco_root, tmp_path, tmp_path_factory):
     ann_file = _ann_file(toy_coco_root, tmp_path)
+    notes = tmp_path_factory.mktemp('notes')
     ctx = multiprocessing.get_context('spawn')
     barrier, results = ctx.Barrier(2), ctx.Queue()
-    children = [ctx.Process(target=_open_and_report, args=(ann_file, barrier, results))
+    children = [ctx.Process(target=_open_and_report, args=(ann_file, barrier, results, str(notes)))
                 for _ in range(2)]
     for child in children:
         child.start()
     try:
-        got = [results.get(timeout=180) for _ in children]
+        got = [results.get(timeout=300) for _ in children]
     finally:
         for child in children:
             child.join(60)
             if child.is_alive():
                 child.kill()
     assert [child.exitcode for child in children] == [0, 0]
+    assert (notes / 'waiting').exists()  # one of them did wait for the other's build
     assert got[0][:3] == got[1][:3] and got[0][1] > 0
     assert got[0][3] + got[1][3] == 1, 'the store was built more than once'
     assert sorted(os.listdir(tmp_path)) == sorted(['instances_train.json',

@@ -95,19 +95,26 @@ def test_cuda1_checkpoint_loads_to_cpu_through_the_hook(cuda1_checkpoint, tmp_pa
     from mmengine.hooks import Hook
 
     seen = set()
+    loaded = {}
 
-    class RecordDevices(Hook):
+    class RecordDevicesAndWeights(Hook):
         def after_load_checkpoint(self, runner, checkpoint):
             seen.update(t.device.type for t in checkpoint['state_dict'].values())
 
+        def before_train(self, runner):  # after load_from, before the first step
+            loaded.update({k: v.detach().clone() for k, v in runner.model.state_dict().items()})
+
     runner = _runner(tmp_path, max_epochs=1, load_from=cuda1_checkpoint,
-                     custom_hooks=[RecordDevices()])
+                     custom_hooks=[RecordDevicesAndWeights()])
     runner.train()
     assert seen == {'cpu'}
     torch.manual_seed(3)
     expected = TinyConvNet().state_dict()
+    assert loaded.keys() == expected.keys()
+    for key, weight in expected.items():  # what training started from: the checkpoint's values
+        assert loaded[key].device.type == 'cpu' and torch.equal(loaded[key], weight), key
     saved = load_checkpoint_to_cpu(str(tmp_path / 'epoch_1.pth'))['state_dict']
-    assert saved.keys() == expected.keys()  # trained on from the loaded weights, on CPU
+    assert not all(torch.equal(saved[k], expected[k]) for k in expected)  # and it trained on
 
 
 class _RunsCode:

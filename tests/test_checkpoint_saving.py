@@ -8,6 +8,7 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 from mmengine.runner import Runner
 
@@ -121,13 +122,38 @@ def _newest_iter(work_dir) -> int:
     return max((int(p.stem.split('_')[1]) for p in work_dir.glob('iter_*.pth')), default=0)
 
 
+def _temp_files(work_dir) -> set[str]:
+    return {n for n in os.listdir(work_dir) if n.endswith(TEMP_SUFFIX)} if work_dir.exists() \
+        else set()
+
+
+def _freeze_inside_a_write(proc: subprocess.Popen, work_dir, old: set[str],
+                           deadline: float) -> None:
+    """SIGSTOP ``proc`` while one of its checkpoint writes is open: a temp file not in ``old``
+    still exists once the kernel shows it stopped. A write that ends before the stop is let go
+    and the next one is tried, so the kill that follows lands inside a write on any machine."""
+    process = psutil.Process(proc.pid)
+    while True:
+        while not _temp_files(work_dir) - old:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, 'trainer wrote no temp file in 120 s'
+            time.sleep(0.002)
+        process.suspend()
+        while process.status() != psutil.STATUS_STOPPED:
+            time.sleep(0.001)
+        if _temp_files(work_dir) - old:
+            return
+        process.resume()
+
+
 def test_kill_9_during_saving_always_leaves_a_resumable_checkpoint(tmp_path):
-    """max_keep_ckpts=1 is the hard case: the stock hook deletes the old file before saving."""
+    """max_keep_ckpts=1 is the hard case: the stock hook deletes the old file before saving.
+    Even trials kill a trainer frozen inside a checkpoint write, odd ones anywhere."""
     rng = random.Random(1234)
     work_dir = tmp_path / 'work'
     trials, killed_mid_save = 8, 0
     for trial in range(trials):
-        before = _newest_iter(work_dir)
+        before, old = _newest_iter(work_dir), _temp_files(work_dir)
         proc = subprocess.Popen([sys.executable, '-c', SAVE_EVERY_ITER, str(work_dir), '1000000'],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=TESTS_DIR)
         try:
@@ -138,17 +164,18 @@ def test_kill_9_during_saving_always_leaves_a_resumable_checkpoint(tmp_path):
                 time.sleep(0.02)
             if trial % 2:  # anywhere in the training loop
                 time.sleep(rng.uniform(0.0, 1.0))
-            else:  # inside a checkpoint write: once its temp file shows up
-                while not any(work_dir.glob(f'.*{TEMP_SUFFIX}')):
-                    time.sleep(0.002)
-                time.sleep(rng.uniform(0.0, 0.05))
+            else:
+                _freeze_inside_a_write(proc, work_dir, old, time.monotonic() + 120)
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
-        killed_mid_save += any(n.endswith(TEMP_SUFFIX) for n in os.listdir(work_dir))
+        inside = bool(_temp_files(work_dir) - old)
+        assert inside or trial % 2, f'trial {trial}: the kill missed the write it was frozen in'
+        killed_mid_save += inside
         newest = find_newest_loadable_checkpoint(str(work_dir), load_checkpoint_to_cpu)
         assert newest is not None, f'trial {trial}: no loadable checkpoint left'
         assert load_checkpoint_to_cpu(newest)['meta']['iter'] > before
+    assert killed_mid_save >= trials // 2
     print(f'{killed_mid_save} of {trials} kills landed while a checkpoint was being written')
     # The real Runner resumes from what the kills left and trains one more iteration.
     last = _newest_iter(work_dir)

@@ -53,8 +53,8 @@ def build_pair(root, split: str, arguments: dict) -> tuple:
 
 @pytest.mark.parametrize('split', ['train', 'val'])
 @pytest.mark.parametrize('name', list(ARGUMENTS))
-def test_same_dataset_as_coco_dataset(toy_coco_root, split, name):
-    ours, reference = build_pair(toy_coco_root, split, ARGUMENTS[name])
+def test_same_dataset_as_coco_dataset(mixed_coco_root, split, name):
+    ours, reference = build_pair(mixed_coco_root, split, ARGUMENTS[name])
     if ARGUMENTS[name].get('lazy_init'):
         assert not ours._fully_initialized and not reference._fully_initialized
         ours.full_init()
@@ -70,11 +70,23 @@ def test_same_dataset_as_coco_dataset(toy_coco_root, split, name):
         assert_same_data_info(sample, expected)
 
 
-def test_the_filter_keeps_the_same_images(toy_coco_root):
-    ours, reference = build_pair(toy_coco_root, 'train', ARGUMENTS['filter_both'])
+# What each filter must remove from mixed_coco_root's train split (conftest.MIXED_EXTRA_IMAGES):
+# 9 is 36x48 with a rectangle, 10 is 50x60 with a circle, 11 has no annotations.
+REMOVED = {'filter_empty_gt': {11}, 'filter_min_size': {9}, 'filter_both': {9, 10, 11},
+           'test_mode': set()}
+
+
+@pytest.mark.parametrize('name', [*REMOVED, 'class_subset'])
+def test_the_filter_keeps_the_same_images(mixed_coco_root, name):
+    ours, reference = build_pair(mixed_coco_root, 'train', ARGUMENTS[name])
     ids = [ours.get_data_info(i)['img_id'] for i in range(len(ours))]
     assert ids == [reference.get_data_info(i)['img_id'] for i in range(len(reference))]
-    assert np.all(np.diff(ids) > 0) or len(ids) < 2
+    assert np.all(np.diff(ids) > 0)
+    removed = set(range(1, 12)) - set(ids)
+    if name == 'class_subset':  # and whichever toy images have neither a ring nor a circle
+        assert {9, 11} <= removed and 10 not in removed
+    else:
+        assert removed == REMOVED[name]
 
 
 def test_duplicate_annotation_ids_fail_with_mmdets_message(toy_coco_root, tmp_path):

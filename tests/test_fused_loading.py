@@ -55,14 +55,18 @@ def _assert_same(ours: dict, reference: dict, exact_image: bool = True) -> None:
 ])
 @pytest.mark.parametrize('direction', ['horizontal', 'vertical', 'diagonal'])
 def test_equals_mmdet_load_resize_flip(toy_coco_root, resize, direction):
-    """Decoded at full size, everything equals mmdet's, pixels included."""
+    """Decoded at full size, everything equals mmdet's, pixels included, flipped or not."""
     flip = dict(prob=0.5, direction=direction)
-    for sample in _annotated(toy_coco_root):
-        np.random.seed(3)  # both draw the flip from numpy's global RNG, the same way
+    drawn = []
+    # Seeds 0-3 draw no flip, flip, flip, no flip: both branches of each direction are compared.
+    for seed, sample in enumerate(_annotated(toy_coco_root)):
+        np.random.seed(seed)  # both draw the flip from numpy's global RNG, the same way
         reference = _mmdet(copy.deepcopy(sample), resize, flip)
-        np.random.seed(3)
+        np.random.seed(seed)
         transform = NativeLoadResizeFlip(**resize, **flip, reduced_decode=False)
         _assert_same(transform(copy.deepcopy(sample)), reference)
+        drawn.append(reference['flip_direction'])
+    assert drawn == [None, direction, direction, None]
 
 
 def test_without_prob_it_does_not_flip_or_draw(toy_coco_root):

@@ -119,20 +119,25 @@ def test_wait_reports_once_and_lets_the_run_finish_when_the_sample_comes(tmp_pat
     work_dir = str(tmp_path)
     runner = make_runner(work_dir, 'wait', with_val=True)  # validation runs under the watchdog
     report = osp.join(work_dir, 'hang_report.txt')
+    hook = next(h for h in runner.hooks if isinstance(h, HangWatchdogHook))
 
     def release_after_report() -> None:
-        # The report appears whole (renamed into place). No report: nothing is released and the
-        # DataLoader's timeout fails the run.
+        # The report appears whole (renamed into place). The hang then lasts three more polls
+        # (one clock read each), in which a second report would be written. No report: nothing
+        # is released and the DataLoader's timeout fails the run.
         if wait_for_file(report):
+            hook.clock.wait_for_reads(3)
             open(osp.join(work_dir, 'release'), 'w').close()
 
     releaser = threading.Thread(target=release_after_report, daemon=True)
     releaser.start()
     runner.train()  # returns: the watchdog waited instead of raising
     releaser.join(timeout=5)
+    with open(osp.join(runner.log_dir, f'{runner.timestamp}.log')) as f:
+        reports = [line for line in f if 'HangWatchdogHook: ' in line and ' - ERROR - ' in line]
+    assert len(reports) == 1, reports
     check_report(work_dir)
     assert runner.iter == 4
-    hook = next(h for h in runner.hooks if isinstance(h, HangWatchdogHook))
     assert hook._thread is None  # stopped with the run
     assert not any(name.startswith('worker_stack_') for name in os.listdir(work_dir))
 

@@ -47,14 +47,18 @@ def _assert_same_data_info(ours, theirs):
 
 
 @pytest.mark.parametrize('split, kwargs', [
-    ('train', dict(filter_cfg=dict(filter_empty_gt=True, min_size=32))),
+    ('train', dict(filter_cfg=dict(filter_empty_gt=True, min_size=40))),
     ('train', dict(filter_cfg=dict(filter_empty_gt=True), metainfo=dict(classes=('ring', 'circle')))),
     ('train', dict(indices=5)),
     ('val', dict(test_mode=True)),
 ])
-def test_same_samples_as_mmdet_coco_dataset(toy_coco_root, split, kwargs):
-    ours, theirs = _pair(toy_coco_root, split, **kwargs)
+def test_same_samples_as_mmdet_coco_dataset(mixed_coco_root, split, kwargs):
+    """On mixed_coco_root (conftest.py), whose 11 train images include one under min_size=40 and
+    one without annotations, so that each filter here removes images."""
+    ours, theirs = _pair(mixed_coco_root, split, **kwargs)
     assert len(ours) == len(theirs) > 0
+    if 'filter_cfg' in kwargs:
+        assert len(ours) < 11
     assert ours.cat_ids == theirs.cat_ids and ours.cat2label == theirs.cat2label
     assert ours.metainfo == theirs.metainfo
     for idx in range(len(ours)):

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from dataclasses import asdict
 from pathlib import Path
 
@@ -367,6 +368,22 @@ def test_cached_open_skips_hashing_only_while_the_json_is_unwritten(tmp_path, mo
     assert third.text('category_name_bytes', 0, 3) == 'cow'
 
 
+WAITER = textwrap.dedent('''
+    import logging, sys
+    sys.path.insert(0, sys.argv[1])
+    from mmengine.logging import MMLogger
+
+    class ReleaseOnTheNote(logging.Handler):
+        def emit(self, record):
+            if 'Waiting for another process' in record.getMessage():
+                open(sys.argv[3], 'w').close()
+
+    MMLogger.get_instance('waiter', log_level='INFO').addHandler(ReleaseOnTheNote())  # as a Runner
+    from mmdet_ext.datasets import open_store
+    print(open_store(sys.argv[2]).num_instances)
+''')
+
+
 def test_a_process_waiting_for_a_builder_says_so(tmp_path):
     """Two processes on one store folder: the second waits for the first and logs that it does."""
     path = tmp_path / 'ann.json'
@@ -383,15 +400,11 @@ def test_a_process_waiting_for_a_builder_says_so(tmp_path):
     try:
         # Not the first line: importing mmdet may print first (the onedl fork's mmdet does).
         assert 'held' in (line.strip() for line in holder.stdout), 'the holder never held the lock'
-        # The waiter lets the holder go one second after it starts waiting for the lock.
-        waiter = subprocess.run(
-            [sys.executable, '-c', 'import sys, threading, time; sys.path.insert(0, sys.argv[1]); '
-             'from mmengine.logging import MMLogger; '  # as the Runner sets it up
-             'MMLogger.get_instance("waiter", log_level="INFO"); '
-             'from mmdet_ext.datasets import open_store; '
-             'threading.Timer(1.0, lambda: open(sys.argv[3], "w").close()).start(); '
-             'print(open_store(sys.argv[2]).num_instances)', str(REPO), str(path), str(release)],
-            capture_output=True, text=True, timeout=300)
+        # The waiter lets the holder go once it has said that it waits: however slow the
+        # machine, the note comes before the release, and without the note the holder keeps
+        # the lock for 120 s and the test fails.
+        waiter = subprocess.run([sys.executable, '-c', WAITER, str(REPO), str(path), str(release)],
+                                capture_output=True, text=True, timeout=300)
     finally:
         release.touch()
         holder.wait(60)

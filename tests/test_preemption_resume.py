@@ -147,16 +147,24 @@ def test_two_ranks_agree_save_on_one_ranks_signal_and_resume_exactly(tmp_path):
     assert read_losses(str(full / 'losses0.jsonl')) != read_losses(str(full / 'losses1.jsonl'))
 
 
-def test_skip_draws_aspect_ratio_batches_exactly(toy_coco_root):
+def test_skip_draws_aspect_ratio_batches_exactly(mixed_coco_root):
     """mmdet's AspectRatioBatchSampler regroups indices: the skip draws its batches (indices
-    only) instead of slicing the index list, so the rest of the epoch is the same batches."""
+    only) instead of slicing the index list, so the rest of the epoch is the same batches.
+    mixed_coco_root has portrait images among landscape ones, so the regrouping shows."""
+    from mmdet.datasets.samplers import AspectRatioBatchSampler
+
     from mmdet_ext.datasets.sample_seeds import install_resumable_loading
-    loader = _toy_train_loader(toy_coco_root, batch_size=3)
-    assert type(loader.batch_sampler).__name__ == 'AspectRatioBatchSampler'
+    loader = _toy_train_loader(mixed_coco_root, batch_size=3)
+    assert type(loader.batch_sampler) is AspectRatioBatchSampler
     batches = install_resumable_loading(loader, seed=5, rank=0)
-    loader.batch_sampler.sampler.set_epoch(1)
+    sampler = loader.batch_sampler.sampler
+    sampler.set_epoch(1)
     full = list(batches)
-    assert len(full) >= 3
+    order = list(sampler)
+    mmdet = list(AspectRatioBatchSampler(sampler, batch_size=3))
+    assert [[key.index for key in batch] for batch in full] == mmdet
+    sliced = [order[i:i + 3] for i in range(0, len(order), 3)]
+    assert len(full) >= 3 and mmdet[2:] != sliced[2:]  # a skip by slicing would differ
     batches.skip_next(2)
     # Same keys (index and seed) as the uninterrupted epoch's, for every iterator of the epoch.
     assert list(batches) == full[2:] and list(batches) == full[2:]

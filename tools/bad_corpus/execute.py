@@ -38,6 +38,12 @@ def _read_jsonl(paths) -> list[dict]:
     return [json.loads(line) for path in paths for line in Path(path).read_text().splitlines()]
 
 
+def _json_image_ids(ann_file: Path) -> list:
+    """The ids of the json's images, in its order: what must load, less what is dropped."""
+    coco = json.loads(ann_file.read_bytes().decode('utf-8-sig'))
+    return [image.get('id') for image in coco.get('images', [])]
+
+
 def run_data_case(case_dir: Path, impl: str, policy: str, options: dict) -> dict:
     """Build the dataset of ``case_dir`` and load every sample; ``options`` from the case."""
     data_prefix = dict(img=options.get('img_prefix', IMG_DIR + '/'))
@@ -66,6 +72,8 @@ def run_data_case(case_dir: Path, impl: str, policy: str, options: dict) -> dict
         result.update(_error(err))
     result['problems'] = _read_jsonl(sorted((case_dir / 'cache').glob('*.problems.jsonl')))
     result['bad_samples'] = _read_jsonl(sorted((case_dir / 'work').glob('bad_samples.jsonl')))
+    if result['status'] == 'loaded':  # the dataset read the json: so can this
+        result['json_image_ids'] = _json_image_ids(case_dir / common['ann_file'])
     return result
 
 

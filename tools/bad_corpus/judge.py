@@ -2,9 +2,10 @@
 
 Verdicts: ``ok``; ``hang`` (no result before the timeout); ``crash`` (killed by a signal, or
 died without a result); ``silent_wrong`` (loaded data it must refuse, drop or skip without a
-record, a sample that would train wrong, or pickled code that ran); ``unnamed_error`` (an error
-that does not name the file / record, or is not of the upstream type it must also be);
-``unexpected_error`` (a named error where the input must load, be dropped or be skipped).
+record, a sample that would train wrong, an image neither loaded nor dropped with a record, or
+pickled code that ran); ``unnamed_error`` (an error that does not name the file / record, or is
+not of the upstream type it must also be); ``unexpected_error`` (a named error where the input
+must load, be dropped or be skipped).
 """
 import json
 
@@ -27,6 +28,18 @@ def sample_faults(samples: list[dict]) -> list[str]:
                 faults.append(f"image {s['img_id']}: an empty mask under box "
                               f"{[round(v, 1) for v in box]}")
     return faults
+
+
+def lost_images(result: dict) -> list:
+    """The json's images that did not load and were not dropped with a record, or loaded out of
+    order or twice: each image loads once, in the json's order, unless a record drops it."""
+    dropped = {json.dumps(p['image_id']) for p in result.get('problems', [])
+               if p['ann_id'] is None and (p['action'] == 'drop_image' or not p['storable'])}
+    expected = [i for i in result['json_image_ids'] if json.dumps(i) not in dropped]
+    loaded = [s['img_id'] for s in result['samples']]
+    if loaded == expected:
+        return []
+    return [i for i in expected if i not in loaded] or [f'{loaded} loaded, {expected} expected']
 
 
 def _first_line(text: str, limit: int = 110) -> str:
@@ -55,6 +68,9 @@ def outcome_text(result: dict) -> str:
     faults = sample_faults(result['samples'])
     if faults:
         parts.append(f'SILENTLY WRONG: {faults[0]}')
+    lost = lost_images(result) if not result.get('bad_samples') else []
+    if lost:
+        parts.append(f'SILENTLY LOST: images {lost}')
     return '; '.join(parts)
 
 
@@ -73,6 +89,10 @@ def judge(case: Case, result: dict, policy: str) -> str:
             return 'unnamed_error'
         return 'ok' if must_fail else 'unexpected_error'
     if sample_faults(result.get('samples', [])) or must_fail:
+        return 'silent_wrong'
+    # Data cases only (a checkpoint has no samples). Under 'skip' a bad sample is replaced by
+    # another, so skip cases cannot be counted this way.
+    if case.expected in ('drop', 'loads') and 'samples' in result and lost_images(result):
         return 'silent_wrong'
     if case.expected == 'drop':
         recorded = any(all(name in json.dumps(p, ensure_ascii=False) for name in case.names)
