@@ -32,10 +32,15 @@ def mib(num_bytes: float) -> str:
 
 def table(rows: list[Row]) -> str:
     """A markdown table, readable as plain text too."""
-    header = ['measurement', 'variant', 'time', 'peak GPU memory', 'notes']
-    cells = [[r.measurement, r.variant, r.time, r.memory, r.notes] for r in rows]
+    return markdown_table(['measurement', 'variant', 'time', 'peak GPU memory', 'notes'],
+                          [[r.measurement, r.variant, r.time, r.memory, r.notes] for r in rows],
+                          numbers={2, 3})
+
+
+def markdown_table(header: list[str], cells: list[list[str]], numbers: set[int]) -> str:
+    """``cells`` under ``header`` as a markdown table padded to read as plain text; the columns
+    ``numbers`` right-aligned."""
     widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header))]
-    numbers = {2, 3}  # right-aligned
 
     def line(row: list[str]) -> str:
         return '| ' + ' | '.join(cell.rjust(w) if i in numbers else cell.ljust(w)

@@ -43,7 +43,7 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 from harness import REPO, mmcv_ops_status
-from report import environment_lines, mib
+from report import environment_lines, markdown_table, mib
 
 sys.path.insert(0, str(REPO))  # the data set is benchmarks/batched_fetch.py's
 from benchmarks.batched_fetch import make_dataset  # noqa: E402
@@ -192,19 +192,9 @@ def row(variant: str, result: dict, warmup: int) -> list[str]:
 
 
 def table(rows: list[list[str]]) -> str:
-    """A markdown table in report.table's style: numbers right-aligned."""
-    header = ['variant', 'time / iter', 'data_time / iter', 'data_time / time', 'samples/s',
-              'peak GPU memory', 'data path; notes']
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    numbers = range(1, 6)
-
-    def line(cells: list[str]) -> str:
-        return '| ' + ' | '.join(c.rjust(w) if i in numbers else c.ljust(w)
-                                 for i, (c, w) in enumerate(zip(cells, widths))) + ' |'
-
-    rule = '|' + '|'.join('-' * (w + 1) + ':' if i in numbers else '-' * (w + 2)
-                          for i, w in enumerate(widths)) + '|'
-    return '\n'.join([line(header), rule, *map(line, rows)])
+    return markdown_table(['variant', 'time / iter', 'data_time / iter', 'data_time / time',
+                           'samples/s', 'peak GPU memory', 'data path; notes'], rows,
+                          numbers=set(range(1, 6)))
 
 
 def measure(args) -> tuple[list[str], list[list[str]]]:
