@@ -64,7 +64,7 @@ from benchmarks.make_scale_coco import SIZES
 from benchmarks.make_scale_coco import write as write_coco_json
 from benchmarks.photos import load_photos, photo_crop
 from mmdet_ext import LazyCocoDataset, fast_collate
-from mmdet_ext.datasets.overlapped_decode import OverlappedDecode
+from mmdet_ext.datasets.batch_decoder import BatchDecoder
 from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset, SeededKey
 from mmdet_ext.io import read_image_header
 from mmdet_ext.ops import decode_image, decode_images_into
@@ -121,8 +121,8 @@ class InstancesAsDicts(LazyCocoDataset):
     """The batched fetch as it was before instances were read from the store's columns: a
     dataset that makes its own instances gets them as dicts (``columnar_plan``)."""
 
-    def _instance(self, i: int, height: int, width: int):
-        return super()._instance(i, height, width)
+    def _instance(self, *args):
+        return super()._instance(*args)
 
 
 def our_dataset(root: Path, scale: tuple, pixels_on: str, dataset_class=LazyCocoDataset,
@@ -339,14 +339,13 @@ def phase_times(root: Path, scale: tuple, batch_size: int, cores: int, passes: i
         timed(fetcher.columns, 'prepare',
               'the columns of the batch (ColumnarAnnotations.prepare)')
     timed(loader, 'plan', 'NativeLoadResizeFlip.plan (read, header, geometry, flip)')
-    timed(fetcher, '_decode', 'decode_images_into (one call, the batch)')
-    # Threads mode decodes while it plans and packs (overlapped_decode.py): what the planning
+    # Threads mode decodes while it plans and packs (batch_decoder.py): what the planning
     # thread spends queueing the images, and waiting for (and helping with) the rest of the
     # decode.
-    overlapped = {name: getattr(OverlappedDecode, name) for name in ('add', 'images')}
-    timed(OverlappedDecode, 'add', 'queueing each image as it is planned (OverlappedDecode.add)')
-    timed(OverlappedDecode, 'images',
-          'the decode left after planning and packing (OverlappedDecode.images: waits, '
+    overlapped = {name: getattr(BatchDecoder, name) for name in ('add', 'images')}
+    timed(BatchDecoder, 'add', 'queueing each image as it is planned (BatchDecoder.add)')
+    timed(BatchDecoder, 'images',
+          'the decode left after planning and packing (BatchDecoder.images: waits, '
           'decodes too)')
     timed(loader, 'finish', 'NativeLoadResizeFlip.finish')
     timed(pack, 'transform', 'PackDetInputs')
@@ -364,7 +363,7 @@ def phase_times(root: Path, scale: tuple, batch_size: int, cores: int, passes: i
     totals['the rest of the fetch (seeded RNGs, bad-sample and in-flight bookkeeping)'] = (
         totals['whole fetch'] - steps)
     for name, method in overlapped.items():  # the class's own methods again
-        setattr(OverlappedDecode, name, method)
+        setattr(BatchDecoder, name, method)
     return {label: 1000 * value / samples for label, value in totals.items()}
 
 
@@ -503,7 +502,7 @@ def report(rows, phases, args, cores, load_before, load_after) -> list[str]:
               f'ms per sample, {args.passes} passes after a warm-up, each step timed around its '
               f'own calls; the decode runs on {len(cores)} native threads, while the batch is '
               'planned and packed (one thread fewer then; the planning thread joins in once it '
-              'has planned and packed the batch: `overlapped_decode.py`), so its time is what '
+              'has planned and packed the batch: `batch_decoder.py`), so its time is what '
               'the planning thread spends queueing images and waiting for the rest.', '',
               '| step | ' + ' | '.join(name for name, _ in phases) + ' |',
               '|---|' + '---:|' * len(phases)]

@@ -81,15 +81,16 @@ def _innermost_pipeline(dataset: dict) -> Optional[list]:
     return dataset.get('pipeline')
 
 
-def _adopt_dataloader(dataloader: dict, transform_types: dict[str, str],
-                      pad_size_divisor: int) -> dict:
+def _adopt_dataloader(dataloader: dict, transform_types: dict[str, str]) -> dict:
     dataloader = copy.deepcopy(dict(dataloader))
     dataloader['dataset'] = _adopt_dataset(dataloader['dataset'], transform_types)
     collate_type = dataloader.get('collate_fn', {}).get('type')
     pipeline = _innermost_pipeline(dataloader['dataset']) or [{}]
     if collate_type in DEFAULT_COLLATES and pipeline[-1].get('type') in ('PackDetInputs',
                                                                           'mmdet.PackDetInputs'):
-        dataloader['collate_fn'] = dict(type='fast_collate', pad_size_divisor=pad_size_divisor)
+        # No divisor here: the model's preprocessor has the one (WorkerDefaultsHook hands it
+        # to the datasets, whose batched fetch pads to it).
+        dataloader['collate_fn'] = dict(type='fast_collate')
     return dataloader
 
 
@@ -119,14 +120,12 @@ def adopt(config_globals: dict) -> None:
         transform_types.update(IMAGE_LOADER_TYPES)
     model = config.get('model', {})
     preprocessor = model.get('data_preprocessor', {})
-    pad_size_divisor = preprocessor.get('pad_size_divisor', 1)
     adopted: dict[str, Any] = {}
     for name in DATALOADERS:
         if config.get(name) and config[name].get('dataset'):
             # The whole resolved dataloader, standing for the base's (`_delete_`): merged over
             # the base, a key the file's own `_delete_` removed would come back.
-            adopted[name] = dict(_delete_=True, **_adopt_dataloader(config[name], transform_types,
-                                                                   pad_size_divisor))
+            adopted[name] = dict(_delete_=True, **_adopt_dataloader(config[name], transform_types))
     if preprocessor:
         adopted['model'] = _merged_into(own.get('model'), dict(data_preprocessor=dict(
             type=_swapped(preprocessor.get('type'), PREPROCESSOR_TYPES))))

@@ -11,7 +11,8 @@ inputs, images that are not ``Tensor[C, H, W]`` of one dtype and channel count) 
 ``pseudo_collate``, so any batch mmengine accepts is accepted.
 
 A batch whose images already lie in the slots of one padded batch tensor (the batched fetch
-decodes ``pixels_on='worker'`` batches that way) is that tensor: only its padding is written.
+decodes ``pixels_on='worker'`` batches that way, padded to the model's divisor) is that tensor:
+only its padding is written.
 
 Use with ``FastDetDataPreprocessor`` (``mmdet_ext.models``), which normalises the batch and pads it
 to its own ``pad_size_divisor`` exactly as mmdet does: the divisor is set once, there.
@@ -35,6 +36,11 @@ from .rounding import padded_size
 from .transforms.fused_loading import DECODED_SHAPE_KEY, JPEG_SCALE_DENOMS, PENDING_WARP_KEY
 
 
+# Set by the batched fetch on each image it decodes into a slot of a padded batch: the slots'
+# (H, W), which may exceed the largest image's (padded to the model's divisor).
+SLOT_HW_ATTRIBUTE = '_mmdet_ext_slot_hw'
+
+
 @FUNCTIONS.register_module()
 def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int = 0,
                  pin_memory: bool = False) -> Any:
@@ -45,8 +51,9 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
             (uint8 from the standard pipeline; another dtype, all the same, when the metainfo
             says the tensor is the image); other batches go to ``pseudo_collate``.
         pad_size_divisor: the batch's height and width are rounded up to a multiple of this.
-            ``FastDetDataPreprocessor`` crops or pads the batch to its own divisor, so leave it
-            at 1 (no padding beyond the largest image) unless another consumer needs it.
+            ``FastDetDataPreprocessor`` crops or pads the batch to its own divisor (the one
+            value: ``WorkerDefaultsHook`` hands it to the datasets), so leave it at 1 unless
+            another consumer needs it.
         pad_value: value of the padding (in the images' own units, before normalisation).
         pin_memory: allocate the batch in page-locked memory when CUDA is available and this
             runs in the main process (``num_workers=0``); workers cannot pin (no CUDA in forked
@@ -55,7 +62,9 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
     Returns:
         ``pseudo_collate(data_batch)`` for a batch without the fast path, else
         ``{'inputs': Tensor[B, C, H, W], 'data_samples': [...], 'input_shapes': [(H_i, W_i)]}``,
-        H and W the largest H_i, W_i rounded up to ``pad_size_divisor``; every other key
+        H and W the largest H_i, W_i rounded up to ``pad_size_divisor`` (or the slots' size,
+        where the batched fetch decoded the images into a batch padded further: to the
+        model's divisor, ``LazyCocoDataset.pad_size_divisor``); every other key
         collated as ``pseudo_collate`` would. ``input_shapes`` lets the data preprocessor tell
         image from padding. For deferred samples (``pending_warp`` in every sample's metainfo):
         ``inputs`` is Tensor[N] uint8, the samples' CHW pixels one after another,
@@ -85,7 +94,7 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
     first = images[0]
     height = padded_size(max(image.shape[1] for image in images), pad_size_divisor)
     width = padded_size(max(image.shape[2] for image in images), pad_size_divisor)
-    batch = _padded_batch_of(images, height, width, pin_memory)
+    batch = _padded_batch_of(images, height, width, pad_size_divisor, pin_memory)
     copy = batch is None
     if copy:
         batch = allocate_batch(first, (len(images), first.shape[0], height, width), pin_memory)
@@ -120,6 +129,15 @@ def allocate_batch(first: torch.Tensor, shape: tuple, pin_memory: bool) -> torch
         return first.new_empty(0).set_(storage).view(shape)
     pin = pin_memory and torch.cuda.is_available()
     return torch.empty(shape, dtype=first.dtype, pin_memory=pin)
+
+
+def slot_views(batch: torch.Tensor, shapes: Sequence[tuple[int, int, int]]) -> list:
+    """Each image's view of its slot of ``batch`` ([B, C, H, W]; ``shapes`` (C, h, w) each),
+    marked with the slot size for ``fast_collate`` (``SLOT_HW_ATTRIBUTE``)."""
+    images = [slot[:, :h, :w] for slot, (_, h, w) in zip(batch, shapes)]
+    for image in images:
+        setattr(image, SLOT_HW_ATTRIBUTE, tuple(batch.shape[2:]))
+    return images
 
 
 def _pending_warps(data_batch: Sequence) -> Optional[list]:
@@ -215,19 +233,27 @@ def _one_buffer(images: list) -> Optional[torch.Tensor]:
                                    (end - first.storage_offset(),))
 
 
-def _padded_batch_of(images: list, height: int, width: int,
+def _padded_batch_of(images: list, height: int, width: int, divisor: int,
                      pin_memory: bool) -> Optional[torch.Tensor]:
-    """The [B, C, height, width] batch whose slots the images already lie in, each in the top
-    left of its own, in order (the batched fetch decodes a ``pixels_on='worker'`` batch that
-    way, in shared memory in a worker), else None. Why: then only the padding is written.
-    Only the padding: the samples' pixels stay as they are."""
+    """The [B, C, H, W] batch whose slots the images already lie in, each in the top left of its
+    own, in order, H x W ``height`` x ``width`` or the larger slot size the first image
+    carries (``SLOT_HW_ATTRIBUTE``), multiples of ``divisor`` (the batched fetch decodes a
+    ``pixels_on='worker'`` batch that way, padded to the model's divisor, in shared memory in a
+    worker), else None. Why: then only the padding is written. Only the
+    padding: the samples' pixels stay as they are."""
     first = images[0]
-    slot = first.shape[0] * height * width
+    # A slot larger than the batch needs only where the fetch says so: a view of a larger
+    # image (a crop) must not get "padding" written over the rest of that image.
+    slot_h, slot_w = getattr(first, SLOT_HW_ATTRIBUTE, (height, width))
+    if slot_h < height or slot_w < width or slot_h % divisor or slot_w % divisor:
+        return None
+    plane = slot_h * slot_w
+    slot = first.shape[0] * plane
     storage = first.untyped_storage()
     start = first.storage_offset()
     for position, image in enumerate(images):
         if image.untyped_storage().data_ptr() != storage.data_ptr() or \
-                image.stride() != (height * width, width, 1) or \
+                image.stride() != (plane, slot_w, 1) or \
                 image.storage_offset() != start + position * slot:
             return None
     if (start + len(images) * slot) * first.element_size() > storage.nbytes():
@@ -236,7 +262,7 @@ def _padded_batch_of(images: list, height: int, width: int,
         return None  # allocate_batch pins the copy
     if _sending_would_copy(storage) and storage.nbytes() > worker_buffers.INLINE_MAX_BYTES:
         return None  # a small one travels inside the pickle, as allocate_batch's would
-    return first.new_empty(0).set_(storage, start, (len(images), first.shape[0], height, width))
+    return first.new_empty(0).set_(storage, start, (len(images), first.shape[0], slot_h, slot_w))
 
 
 def _sending_would_copy(storage: torch.UntypedStorage) -> bool:

@@ -76,7 +76,7 @@ def test_adopted_zoo_config_builds_its_datasets_with_our_types(zoo_config, elsew
         assert 'LoadLazyAnnotations' in transform_types
         assert 'LoadAnnotations' not in transform_types and 'LoadImageFromFile' not in \
             transform_types
-        assert loader.collate_fn == dict(type='fast_collate', pad_size_divisor=32)
+        assert loader.collate_fn == dict(type='fast_collate')
         # The config's own settings survive: the toy data it set before adopt().
         assert loader.dataset.data_root == f'{toy_coco_root}/'
 
@@ -190,4 +190,4 @@ adopt(globals())
     assert 'batch_sampler' not in cfg.train_dataloader
     assert cfg.train_dataloader.batch_size == 3
     assert cfg.train_dataloader.dataset.type == 'LazyCocoDataset'
-    assert cfg.train_dataloader.collate_fn == dict(type='fast_collate', pad_size_divisor=64)
+    assert cfg.train_dataloader.collate_fn == dict(type='fast_collate')

@@ -18,7 +18,8 @@ import pytest
 import torch
 from mmcv.transforms import BaseTransform
 from mmdet.datasets.transforms import FilterAnnotations, PackDetInputs
-from mmengine.dataset import Compose
+from mmdet.models.data_preprocessors import DetDataPreprocessor
+from mmengine.dataset import Compose, pseudo_collate
 from mmengine.logging import MMLogger
 from PIL import Image
 from torch.utils.data import DataLoader
@@ -27,6 +28,7 @@ from mmdet_ext import LazyCocoDataset, LoadLazyAnnotations, NativeLoadResizeFlip
 from mmdet_ext import worker_buffers
 from mmdet_ext.datasets.batched_fetch import batch_plan, reads_no_pixels
 from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset, SeededKey
+from mmdet_ext.models import FastDetDataPreprocessor
 from mmdet_ext.ops import decode_image, decode_images_into, warp_image
 from mmdet_ext.transforms import DEFERRED_META_KEYS
 from helpers.build import needs_native_decoding
@@ -423,12 +425,45 @@ def test_a_worker_resized_batch_is_decoded_into_the_padded_batch_fast_collate_se
     assert torch.equal(batch['inputs'], reference['inputs'])  # padding included
     assert batch['input_shapes'] == reference['input_shapes']
     _assert_same_samples(expected, samples)  # the padding written left the pixels alone
-    # A larger pad_size_divisor, or samples out of slot order: a batch of their own.
+    # A larger pad_size_divisor than the slots were padded to, or samples out of slot order:
+    # a batch of their own.
     for other, others in ((fast_collate(samples, pad_size_divisor=64), fast_collate(
             expected, pad_size_divisor=64)), (fast_collate(samples[::-1]),
                                               fast_collate(expected[::-1]))):
         assert other['inputs'].data_ptr() != samples[0]['inputs'].data_ptr()
         assert torch.equal(other['inputs'], others['inputs'])
+
+
+@pytest.mark.parametrize('resize', RESIZES)
+def test_slots_padded_to_the_models_divisor_reach_the_model_without_a_copy(toy_coco_root,
+                                                                          resize):
+    """The dataset's pad_size_divisor (the model's, WorkerDefaultsHook hands it over): the slots
+    are allocated padded to it, fast_collate sends them as they are (any collate divisor that
+    divides it), and the preprocessed batch is mmdet's."""
+    pipeline = _pipeline(resize, pixels_on='worker')
+    dataset = _dataset(toy_coco_root, pipeline)
+    dataset.pad_size_divisor = 64
+    samples = _batched(dataset, INDICES)
+    expected = _per_sample(_dataset(toy_coco_root, pipeline, batched_fetch=False), INDICES)
+    _assert_same_samples(expected, samples)
+    reference = fast_collate(expected, pad_size_divisor=64, pad_value=3)
+    for collate_divisor in (1, 32, 64):
+        batch = fast_collate(samples, pad_size_divisor=collate_divisor, pad_value=3)
+        assert batch['inputs'].data_ptr() == samples[0]['inputs'].data_ptr()
+        assert [s['inputs'].data_ptr() for s in samples] == \
+            [slot.data_ptr() for slot in batch['inputs']]
+        assert torch.equal(batch['inputs'], reference['inputs'])  # padding included
+    assert all(size % 64 == 0 for size in batch['inputs'].shape[2:])
+    # A collate divisor the slots are not padded to: a batch of its own, as before.
+    assert fast_collate(samples, pad_size_divisor=128)['inputs'].data_ptr() != \
+        samples[0]['inputs'].data_ptr()
+    args = dict(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375], bgr_to_rgb=True,
+                pad_size_divisor=64)
+    ours = FastDetDataPreprocessor(**args)(fast_collate(samples), training=False)
+    stock = DetDataPreprocessor(**args)(pseudo_collate(expected), training=False)
+    assert torch.equal(ours['inputs'], stock['inputs'])
+    assert [s.pad_shape for s in ours['data_samples']] == \
+        [s.pad_shape for s in stock['data_samples']]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -702,9 +737,9 @@ def test_the_runners_num_batch_per_epoch_slice_keeps_the_batched_fetch(toy_coco_
 @pytest.mark.parametrize('decode_threads', [1, 2])
 def test_the_inflight_record_names_every_file_of_a_batch_decode(toy_coco_root, tmp_path,
                                                                  decode_threads):
-    """One call after the plan (1 thread): the record names the batch's files while it runs.
-    Decoded while planned (overlapped_decode.py, 2 threads): every record written while images
-    are in flight names them before what the planning writes."""
+    """Every record written while images are queued or decoding names them before what the
+    planning writes: queued after the plan (1 thread, decoded on the caller's), or while planned
+    (2 threads: batch_decoder.py)."""
     from mmdet_ext.datasets.inflight import RECORD_BYTES, InflightRecord, inflight_path
 
     class RecordingInflight(InflightRecord):
@@ -728,13 +763,14 @@ def test_the_inflight_record_names_every_file_of_a_batch_decode(toy_coco_root, t
     both = f'batch decode of 2 images: sample 0 ({paths[0]}), sample 5 ({paths[1]})'
     if decode_threads == 1:
         assert dataset.inflight.held == [f'loading {samples[0]}', 'idle', f'loading {samples[1]}',
-                                         'idle', f'loading {both}', 'idle']
+                                         'idle', f'batch decode of 1 images: sample 0 '
+                                         f'({paths[0]}); idle', f'{both}; idle', 'idle']
     else:
         first = f'batch decode of 1 images: sample 0 ({paths[0]})'
         assert dataset.inflight.held == [
             f'loading {samples[0]}', 'idle', f'{first}; idle', f'{first}; loading {samples[1]}',
             f'{first}; idle', f'{both}; idle', 'idle']
-    assert len(f'loading {both}') * 8 < RECORD_BYTES  # a batch of 16 fits
+    assert len(f'{both}; idle') * 8 < RECORD_BYTES  # a batch of 16 fits
 
 
 class BlockOnImage(BaseTransform):

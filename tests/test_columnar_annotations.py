@@ -203,8 +203,8 @@ def test_the_batched_fetch_reads_columns_only_where_nothing_needs_the_instances(
 
 
 class _OwnInstances(LazyCocoDataset):
-    def _instance(self, i, height, width):
-        return super()._instance(i, height, width)
+    def _instance(self, *args):
+        return super()._instance(*args)
 
 
 def test_a_dataset_that_makes_its_own_instances_gets_dicts(toy_coco_root):

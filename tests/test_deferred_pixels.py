@@ -21,6 +21,7 @@ from mmdet_ext.engine import DevicePrefetcher, RecordingStreams
 from mmdet_ext.transforms import DEFERRED_META_KEYS
 from helpers.build import needs_native_decoding
 from helpers.deferred_batches import CLASSES, FLIP, PREPROCESSOR, RESIZES
+from helpers.tiny_runner import record_mmengine_log
 
 # Every test here decodes images: a build without OpenCV (docs/build.md) skips them.
 pytestmark = needs_native_decoding
@@ -151,12 +152,16 @@ def test_reduced_precision_inputs(toy_coco_root, dtype):
 
 
 def test_bad_configurations_raise(toy_coco_root):
-    with pytest.raises(ValueError, match="pixels_on must be one of"):
+    with pytest.raises(ValueError, match="defer must be one of"):
+        NativeLoadResizeFlip(scale=(10, 10), defer='gpu')
+    with pytest.raises(ValueError, match="pixels_on='gpu', decode_on=None is not a setting"):
         NativeLoadResizeFlip(scale=(10, 10), pixels_on='gpu')
+    with pytest.raises(ValueError, match="defer='decode' contradicts pixels_on='device'"):
+        NativeLoadResizeFlip(scale=(10, 10), defer='decode', pixels_on='device')
     with pytest.raises(ValueError, match="interpolation in .*'bicubic'"):
-        NativeLoadResizeFlip(scale=(10, 10), interpolation='bicubic', pixels_on='device')
+        NativeLoadResizeFlip(scale=(10, 10), interpolation='bicubic', defer='resize')
     with pytest.raises(ValueError, match='to_float32=True'):
-        NativeLoadResizeFlip(scale=(10, 10), to_float32=True, pixels_on='device')
+        NativeLoadResizeFlip(scale=(10, 10), to_float32=True, defer='resize')
     with pytest.raises(ValueError, match='out_dtype must be one of'):
         FastDetDataPreprocessor(out_dtype='float64')
     mixed = _samples(_dataset(toy_coco_root, 'device', RESIZES[0]), 2) + \
@@ -195,3 +200,18 @@ def test_deferred_samples_without_their_record_are_refused(toy_coco_root):
                               pipeline=pipeline)
     with pytest.raises(ValueError, match="'pending_warp' in its meta_keys"):
         fast_collate(_samples(dataset, count=2))
+
+
+def test_the_old_spellings_are_defer_with_one_warning(monkeypatch):
+    """pixels_on / decode_on (before `defer`) give the same transform, and say so once."""
+    from mmdet_ext.transforms import fused_loading
+    monkeypatch.setattr(fused_loading, '_warned_old_spelling', False)
+    with record_mmengine_log() as records:
+        for old, defer in ((dict(pixels_on='worker'), None), (dict(pixels_on='device'), 'resize'),
+                           (dict(pixels_on='device', decode_on='device'), 'decode')):
+            transform = NativeLoadResizeFlip(scale=(10, 10), **old)
+            assert transform.defer == defer
+            assert repr(transform) == repr(NativeLoadResizeFlip(scale=(10, 10), defer=defer))
+    warnings = [r.getMessage() for r in records if 'spelled defer' in r.getMessage()]
+    assert warnings == ["NativeLoadResizeFlip: pixels_on='worker', decode_on=None is spelled "
+                        'defer=None now (the old spelling keeps working); logged once']

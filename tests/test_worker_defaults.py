@@ -4,10 +4,15 @@ import random
 import cv2
 import numpy as np
 import torch
+from mmengine.dataset import RepeatDataset
+from mmengine.hooks import Hook
+from mmengine.model import BaseModel
 from mmengine.runner import Runner
+from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from mmdet_ext import WorkerDefaultsHook, _C
+from mmdet_ext import LazyCocoDataset, WorkerDefaultsHook, _C
+from mmdet_ext.models import FastDetDataPreprocessor
 from mmdet_ext.engine.hooks.worker_defaults_hook import usable_cpu_count
 from helpers.tiny_runner import LossRecorderHook, read_losses, tiny_runner_kwargs
 
@@ -80,3 +85,52 @@ def test_iteration_based_loops_get_it_from_the_first_batch(tmp_path):
     runner = Runner(**kwargs)
     runner.train()
     assert runner.train_loop.dataloader_iterator._iterator._num_workers == 1
+
+
+class _PixelMean(BaseModel):
+    """A model of one weight whose loss reads the preprocessed batch: enough for a real run."""
+
+    def __init__(self, data_preprocessor) -> None:
+        super().__init__(data_preprocessor=data_preprocessor)
+        self.weight = nn.Parameter(torch.ones(1))
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        if mode == 'loss':
+            return dict(loss=(inputs.float().mean() * self.weight).abs())
+        return [inputs]
+
+
+class _BatchShapes(Hook):
+    """Records each training batch's input shape as the model's preprocessor sees it."""
+
+    def __init__(self) -> None:
+        self.shapes = []
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        self.shapes.append((tuple(data_batch['inputs'].shape), data_batch['input_shapes']))
+
+
+def test_the_models_divisor_sizes_the_batches_the_dataset_fetches(tmp_path, toy_coco_root):
+    """The divisor is set once, on the model's preprocessor: the hook hands it to the
+    LazyCocoDataset under the loader's wrappers, whose batched fetch then pads the batch to it,
+    and fast_collate (divisor 1) sends that batch as it is."""
+    seen = _BatchShapes()
+    dataset = RepeatDataset(LazyCocoDataset(
+        data_root=str(toy_coco_root), ann_file='annotations/instances_train.json',
+        data_prefix=dict(img='train/'), metainfo=dict(classes=('circle', 'rectangle')),
+        pipeline=[dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
+                  dict(type='NativeLoadResizeFlip', scale=(150, 100), keep_ratio=True),
+                  dict(type='PackDetInputs')]), times=1)
+    kwargs = tiny_runner_kwargs(str(tmp_path), max_epochs=1, with_val=False,
+                                custom_hooks=[dict(type='WorkerDefaultsHook'), seen])
+    kwargs['model'] = _PixelMean(FastDetDataPreprocessor(pad_size_divisor=96))
+    kwargs['train_dataloader'] = dict(dataset=dataset, batch_size=3, num_workers=0,
+                                      sampler=dict(type='DefaultSampler', shuffle=False),
+                                      collate_fn=dict(type='fast_collate'))
+    kwargs['param_scheduler'] = None
+    Runner(**kwargs).train()
+    assert dataset.dataset.pad_size_divisor == 96
+    # The toy images are 320x240: 100x133 at this scale, 192x192 padded to 96 (fast_collate
+    # alone would send 100x133; the preprocessor would pad that batch once more).
+    assert seen.shapes and all(shape[2:] == (192, 192) and set(sizes) == {(100, 133)}
+                               for shape, sizes in seen.shapes)

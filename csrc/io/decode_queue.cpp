@@ -56,7 +56,9 @@ struct DecodeTask {
 class DecodeQueue {
  public:
   explicit DecodeQueue(int64_t threads) : creator_pid_(getpid()) {
-    TORCH_CHECK(threads >= 1, "DecodeQueue: threads must be >= 1, got ", threads);
+    // 0: no threads of its own; wait() decodes everything on the calling thread (a DataLoader
+    // worker, whose parallelism is the other workers).
+    TORCH_CHECK(threads >= 0, "DecodeQueue: threads must be >= 0, got ", threads);
     for (int64_t t = 0; t < threads; ++t) workers_.emplace_back([this] { serve(); });
   }
 

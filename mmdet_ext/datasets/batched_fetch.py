@@ -1,13 +1,14 @@
-"""Batched fetch: a batch of samples whose images are decoded in one native call.
+"""Batched fetch: a batch of samples whose images are decoded together, into one buffer.
 
 Why: the DataLoader asks a dataset with ``__getitems__`` for a whole batch at once. For a train
-pipeline that loads with ``NativeLoadResizeFlip``, the batch's images are then decoded by
-``decode_images_into``: one call, on native threads with the GIL released, straight into one
-buffer. With ``pixels_on='device'`` that buffer (shared memory in a DataLoader worker) is what
-``fast_collate`` hands to the training process as it is: per sample, no decoded tensor is
-allocated and no pixel is copied. With ``pixels_on='worker'`` the same call resizes and flips each
-image as it decodes it (``warp_image``'s code) into its slot of the padded [B, C, H, W] batch,
-which ``fast_collate`` pads in place and passes on: no image is copied there either.
+pipeline that loads with ``NativeLoadResizeFlip`` (or mmdet's own loading steps), the batch's
+images are then decoded by one executor (``batch_decoder.py``: native code, the GIL released)
+straight into one buffer. With ``pixels_on='device'`` that buffer (shared memory in a DataLoader
+worker) is what ``fast_collate`` hands to the training process as it is: per sample, no decoded
+tensor is allocated and no pixel is copied. With ``pixels_on='worker'`` each image is resized
+and flipped as it is decoded (``warp_image``'s code) into its slot of the padded [B, C, H, W]
+batch (padded to the model's divisor), which ``fast_collate`` pads in place and passes on: no
+image is copied there either.
 
 How, in three passes over the batch:
 
@@ -15,14 +16,14 @@ How, in three passes over the batch:
    stopped at the loader's ``plan`` (every transform before it, the file read, the flip draw, the
    geometry); a bad sample is handled as the per-sample path handles it (``on_bad_sample``,
    ``max_refetch`` replacement draws).
-2. *Decode* the whole batch in one call (and warp it, ``pixels_on='worker'``). In the training
-   process (threads, no DataLoader workers) the images go to a queue of native threads instead
-   (``overlapped_decode.py``): a ``pixels_on='device'`` batch image by image as the plan goes,
-   while the next samples are planned; a ``pixels_on='worker'`` batch once it is planned.
+2. *Decode* the batch (and warp it, ``pixels_on='worker'``) on ``BatchDecoder``: in a worker
+   on the calling thread once the batch is planned; in the training process (threads, no
+   DataLoader workers) on native threads too, a ``pixels_on='device'`` batch image by image as
+   the plan goes, while the next samples are planned.
 3. *Finish*, per sample: the decoded image into ``results``, then the transforms after the loader.
-   While images decode in the background (step 2's threads mode), this runs before the decodes
-   are waited for where nothing after the loader reads the pixels (``reads_no_pixels``: mmdet's
-   own ``PackDetInputs`` makes ``inputs`` a view of the buffer without reading it).
+   Where nothing after the loader reads the pixels (``reads_no_pixels``: mmdet's own
+   ``PackDetInputs`` makes ``inputs`` a view of the buffer without reading it), this runs before
+   the decodes are waited for.
 
 Samples come out exactly as the per-sample path makes them: same draws, same bytes (the tests
 compare both). Anything the batch cannot do exactly -- a file that does not decode to the size its
@@ -50,11 +51,11 @@ from mmdet.datasets.transforms import FilterAnnotations, LoadAnnotations, PackDe
 from mmengine.logging import print_log
 
 from ..collate import allocate_batch
-from ..ops import decode_images_into
+from ..rounding import padded_size
 from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
 from ..transforms.fused_mmdet_loading import MmdetLoadingPlan, fuse_mmdet_loading
 from .columnar_annotations import columnar_plan
-from .overlapped_decode import DecodeFailed, OverlappedDecode, OverlappedWarp
+from .batch_decoder import BatchDecoder, DecodeFailed, SlotDecoder
 from .seeded_rngs import load_seeded, seed_rngs
 
 # Whether a LoadLazyAnnotations reads the store's columns where it can (columnar_plan); off
@@ -141,11 +142,12 @@ def _pack_with_inputs(pack: PackDetInputs, results: dict, image: torch.Tensor,
     return {'inputs': image, **packed}
 
 
-def _padded_batch(shapes: list[tuple[int, int, int]]) -> torch.Tensor:
+def _padded_batch(shapes: list[tuple[int, int, int]], divisor: int) -> torch.Tensor:
     """The [B, C, H, W] uint8 batch whose slots hold images of ``shapes`` (one channel count),
-    H and W the largest; shared memory in a DataLoader worker (``allocate_batch``)."""
-    batch_shape = (len(shapes), shapes[0][0], max(h for _, h, _ in shapes),
-                   max(w for _, _, w in shapes))
+    H and W the largest rounded up to ``divisor``; shared memory in a DataLoader worker
+    (``allocate_batch``)."""
+    batch_shape = (len(shapes), shapes[0][0], padded_size(max(h for _, h, _ in shapes), divisor),
+                   padded_size(max(w for _, _, w in shapes), divisor))
     return allocate_batch(torch.empty(0, dtype=torch.uint8), batch_shape, False)
 
 
@@ -185,7 +187,7 @@ class BatchedFetcher:
         self.plan, self.columns = columnar or (plan, None)
         self.decode_threads = decode_threads
         self._logged_fallback = False
-        self._overlap_capacity = 0  # the most bytes an overlapped batch took
+        self._overlap_capacity = 0  # the most bytes a batch decoded while planned took
         self._reads_no_pixels = reads_no_pixels(self.plan)
 
     def fetch(self, indices: Sequence[int], seeds: Optional[Sequence[int]] = None) -> list:
@@ -208,7 +210,13 @@ class BatchedFetcher:
     def _fetch(self, indices: Sequence[int], seeds: list) -> list:
         if self.columns is not None:
             self.columns.prepare(indices)
-        overlapped = self._overlapped_decode(len(indices))
+        threads = self.decode_threads or default_decode_threads()
+        decoder = None
+        if threads > 1 and self.plan.loader.pixels_on == 'device':
+            # A flat batch: each image's place is known once it is planned, so it decodes on
+            # the other threads while the next samples are planned.
+            decoder = BatchDecoder(self.plan.loader, threads, len(indices),
+                                   self.dataset.inflight, capacity_hint=self._overlap_capacity)
         planned = []
         try:
             for index, seed in zip(indices, seeds):
@@ -217,31 +225,44 @@ class BatchedFetcher:
                     # fetch restores them once per batch. Nothing after the plan draws.
                     seed_rngs(seed)
                 planned.append(self._plan_sample(index))
-                if overlapped is not None:
-                    overlapped.add(*planned[-1][::2])  # decoded while the next are planned
-            if overlapped is None:
-                # 'worker' in this process: queued now that the slots' size is known.
-                overlapped = self._overlapped_warp([pending.out_shape
-                                                    for _, _, pending in planned])
-                if overlapped is not None:
-                    for index, _, pending in planned:
-                        overlapped.add(index, pending)
-            if overlapped is None:
-                return self._finish(planned, self._decode([index for index, _, _ in planned],
-                                                          [pending for _, _, pending in planned]))
+                if decoder is not None:
+                    decoder.add(*planned[-1][::2])
+            if decoder is None:
+                decoder = self._decoder([pending for _, _, pending in planned], threads)
+                for index, _, pending in planned:
+                    decoder.add(index, pending)
             if not self._reads_no_pixels:
-                return self._finish(planned, overlapped.images())
-            # Nothing after the loader reads the pixels: the samples are finished while the last
+                return self._finish(planned, decoder.images())
+            # Nothing after the loader reads the pixels: the samples are finished while the
             # images decode, then the decodes are waited for.
-            samples = self._finish(planned, overlapped.views(), overlapped.images)
-            overlapped.images()
+            samples = self._finish(planned, decoder.views(), decoder.images)
+            decoder.images()
             return samples
         except DecodeFailed as err:
             raise _FallBack(str(err)) from err
         finally:
-            if overlapped is not None:
-                overlapped.wait()  # nothing decodes on after the batch, whatever happened
-                self._overlap_capacity = max(self._overlap_capacity, overlapped.used)
+            if decoder is not None:
+                decoder.wait()  # nothing decodes on after the batch, whatever happened
+                self._overlap_capacity = max(self._overlap_capacity, decoder.used)
+
+    def _decoder(self, pendings: list[PendingDecode], threads: int) -> BatchDecoder:
+        """The executor of a planned batch. ``pixels_on='worker'``: each image resized and
+        flipped into its slot of a padded [B, C, H, W] batch (H, W the largest image's, rounded
+        up to the dataset's ``pad_size_divisor``), which ``fast_collate`` pads in place and
+        sends as it is. Else (or images of several channel counts, all decoded by the plan):
+        one flat buffer of the images one after another; ``pixels_on='device'``: that buffer,
+        shared memory in a worker, is what ``fast_collate`` sends."""
+        loader = self.plan.loader
+        shapes = [pending.out_shape for pending in pendings]
+        if loader.pixels_on == 'worker' and len({c for c, _, _ in shapes}) == 1:
+            return SlotDecoder(loader, threads,
+                               _padded_batch(shapes, self.dataset.pad_size_divisor),
+                               self.dataset.inflight)
+        size = sum(int(np.prod(shape)) for shape in shapes)
+        buffer = allocate_batch(torch.empty(0, dtype=torch.uint8), (size,), False) \
+            if loader.pixels_on == 'device' else torch.empty(size, dtype=torch.uint8)
+        return BatchDecoder(loader, threads, len(pendings), self.dataset.inflight,
+                            buffer=buffer)
 
     def _finish(self, planned: list, images: list[torch.Tensor],
                 wait_for_pixels: Optional[Callable[[], Any]] = None) -> list:
@@ -263,36 +284,6 @@ class BatchedFetcher:
                     raise _FallBack(f'{type(transform).__name__} returned None for sample {index}')
             samples.append(results)
         return samples
-
-    def _queue_threads(self) -> Optional[int]:
-        """The decode threads of a batch decoded on the decode queue while Python plans or packs
-        it (``overlapped_decode.py``): in this process (not a DataLoader worker), on several
-        threads; else None."""
-        threads = self.decode_threads or default_decode_threads()
-        if threads < 2 or torch.utils.data.get_worker_info() is not None:
-            return None
-        return threads
-
-    def _overlapped_decode(self, batch_size: int) -> Optional[OverlappedDecode]:
-        """Where images are decoded while the batch is planned: ``pixels_on='device'`` on the
-        decode queue."""
-        threads = self._queue_threads()
-        if self.plan.loader.pixels_on != 'device' or threads is None:
-            return None
-        return OverlappedDecode(self.plan.loader, threads, batch_size, self._overlap_capacity,
-                                self.dataset.inflight)
-
-    def _overlapped_warp(self, shapes: list[tuple[int, int, int]]) -> Optional[OverlappedWarp]:
-        """Where a planned ``pixels_on='worker'`` batch (images of ``shapes`` once warped) is
-        decoded into its padded batch on the decode queue while the samples are finished
-        (``OverlappedWarp``): every image of one channel count; else None (one call after
-        planning, ``_decode``)."""
-        threads = self._queue_threads()
-        if self.plan.loader.pixels_on != 'worker' or threads is None or \
-                len({c for c, _, _ in shapes}) != 1:
-            return None
-        return OverlappedWarp(self.plan.loader, threads, _padded_batch(shapes),
-                              self.dataset.inflight)
 
     def _plan_sample(self, index: int) -> tuple[int, dict, PendingDecode]:
         """``BaseDataset.__getitem__`` up to the loader's plan: (the index loaded, results,
@@ -320,56 +311,6 @@ class BatchedFetcher:
                 return None
         pending = self.plan.loader.plan(results)
         return None if pending is None else (results, pending)
-
-    def _decode(self, indices: list[int], pendings: list[PendingDecode]) -> list[torch.Tensor]:
-        """Every image of the batch, Tensor[C, H, W] views of one buffer, in one native call.
-
-        ``pixels_on='device'``: as decoded, one after another in a flat buffer that is the
-        batch ``fast_collate`` sends. ``pixels_on='worker'``: resized and flipped, each in the
-        top left of its slot of a padded [B, C, H, W] batch (H, W the largest image's), which
-        ``fast_collate`` pads in place and sends as it is: no image is copied after decoding.
-        """
-        loader = self.plan.loader
-        shapes = [p.out_shape for p in pendings]
-        slots = loader.pixels_on == 'worker' and len({c for c, _, _ in shapes}) == 1
-        if slots:
-            batch = _padded_batch(shapes)
-            buffer = batch.view(-1)
-            offsets = [i * batch[0].numel() for i in range(len(shapes))]
-            images = [slot[:, :h, :w] for slot, (_, h, w) in zip(batch, shapes)]
-        else:
-            sizes = [int(np.prod(shape)) for shape in shapes]
-            offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-            # 'device': the buffer itself crosses to the training process.
-            buffer = allocate_batch(torch.empty(0, dtype=torch.uint8), (offsets[-1],), False) \
-                if loader.pixels_on == 'device' else torch.empty(offsets[-1], dtype=torch.uint8)
-            images = [buffer[start:start + size].view(shape)
-                      for shape, start, size in zip(shapes, offsets, sizes)]
-        to_decode = [i for i, p in enumerate(pendings) if p.encoded is not None]
-        for i, p in enumerate(pendings):
-            if p.encoded is None:  # plan decoded it (a format without a header reader)
-                images[i].copy_(p.decoded)
-        if not to_decode:
-            return images
-        warps = None if loader.pixels_on == 'device' else [pendings[i].warp for i in to_decode]
-        names = ', '.join(f'sample {indices[i]} ({pendings[i].filename})' for i in to_decode)
-        # A decoder crash kills the process mid-call: the record names every file of the call.
-        self.dataset.inflight.begin(f'batch decode of {len(to_decode)} images: {names}')
-        try:
-            decode_images_into([pendings[i].encoded for i in to_decode], loader.color_type,
-                               [pendings[i].scale_denom for i in to_decode], buffer,
-                               [offsets[i] for i in to_decode], [pendings[i].shape
-                                                                 for i in to_decode],
-                               loader.max_pixels,
-                               self.decode_threads or default_decode_threads(), warps,
-                               loader.resize.interpolation,
-                               slot_hw=batch.shape[2:] if slots else None)
-        except RuntimeError as err:
-            raise _FallBack(f'{err} (images in order: {names})') \
-                from err
-        finally:
-            self.dataset.inflight.end()
-        return images
 
     def _log_fallback(self, why: str) -> None:
         if self._logged_fallback:

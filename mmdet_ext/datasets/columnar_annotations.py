@@ -8,7 +8,7 @@ same keys, types, dtypes and values, the same errors (tests/test_columnar_annota
 sample then has no ``instances``; ``columnar_plan`` uses it only where nothing reads them.
 """
 import copy
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -17,32 +17,14 @@ from mmdet.structures.bbox import get_box_type
 
 from ..structures import LazyBitmapMasks, LazyPolygonMasks
 from ..transforms.lazy_annotations import LoadLazyAnnotations
+from .coco_records import KeptInstances, instance_mask, kept_instances
 from .coco_store_layout import MASK_POLYGON, decoded
-
-
-def _python_max(a: np.ndarray, b: Any) -> np.ndarray:
-    """Python's ``max(a, b)`` elementwise: ``b`` where ``b > a``, else ``a`` (NaN included)."""
-    return np.where(b > a, b, a)
-
-
-def _python_min(a: np.ndarray, b: Any) -> np.ndarray:
-    """Python's ``min(a, b)`` elementwise: ``b`` where ``b < a``, else ``a`` (NaN included)."""
-    return np.where(b < a, b, a)
-
-
-class KeptInstances(NamedTuple):
-    """The instances ``get_data_info`` lists for one sample, in its order: their store rows,
-    iscrowd (bool), boxes (float32 [N, 4], x1 y1 x2 y2) and labels (int64)."""
-    rows: np.ndarray
-    iscrowd: np.ndarray
-    boxes: np.ndarray
-    labels: np.ndarray
 
 
 class ColumnarAnnotations:
     """``loader`` on a sample of ``dataset`` (a ``LazyCocoDataset``) whose ``data_info`` has no
     ``instances``: they are read from the store's rows of ``results['sample_idx']``, kept and
-    dropped by ``LazyCocoDataset._instance``'s rules.
+    dropped by the one rule (``coco_records.kept_instances``).
 
     ``prepare(indices)`` reads a whole batch's instances in one pass of array operations (per
     sample, a COCO image's handful of instances would pay numpy's per-call cost many times over);
@@ -73,8 +55,9 @@ class ColumnarAnnotations:
         # Fresh arrays for every call, as the dicts give: a sample twice in a batch, or changed
         # in place downstream, shares nothing with another.
         if loader.with_bbox:
-            results['gt_bboxes'] = kept.boxes.copy() if loader.box_type is None else \
-                get_box_type(loader.box_type)[1](kept.boxes, dtype=torch.float32)
+            boxes = kept.boxes.astype(np.float32)  # a copy: nothing shared with another call
+            results['gt_bboxes'] = boxes if loader.box_type is None else \
+                get_box_type(loader.box_type)[1](boxes, dtype=torch.float32)
             results['gt_ignore_flags'] = kept.iscrowd.copy()
         if loader.with_label:
             results['gt_bboxes_labels'] = kept.labels.copy()
@@ -84,35 +67,9 @@ class ColumnarAnnotations:
         return results
 
     def _kept_instances(self, samples: list[int]) -> list[KeptInstances]:
-        """``KeptInstances`` of each of ``samples`` (indices >= 0), from one pass over all
-        their instances."""
-        dataset, store = self.dataset, self.dataset.store
-        image_rows = dataset._rows[samples]
-        offsets = store['instance_offsets']
-        starts = offsets[image_rows].astype(np.int64)
-        counts = offsets[image_rows + 1].astype(np.int64) - starts
-        # Every instance of the samples, in order: the store rows and their image's size.
-        first_of_sample = np.cumsum(counts) - counts
-        rows = np.arange(counts.sum()) + np.repeat(starts - first_of_sample, counts)
-        height, width = np.repeat(store['image_hw'][image_rows], counts, axis=0).T
-        x1, y1, w, h = decoded(store, 'bbox', rows).reshape(-1, 4).T
-        # float64 throughout, as _instance's Python floats: the same comparisons, bit for bit.
-        inter_w = _python_max(0, _python_min(x1 + w, width) - _python_max(x1, 0))
-        inter_h = _python_max(0, _python_min(y1 + h, height) - _python_max(y1, 0))
-        categories = store['category_id'][rows].tolist()
-        known = np.array([c in dataset.cat2label for c in categories], dtype=bool)
-        keep = ~store['ignore'][rows].astype(bool) & (inter_w * inter_h != 0) & \
-            ~(decoded(store, 'area', rows) <= 0) & ~(w < 1) & ~(h < 1) & known
-        kept = np.flatnonzero(keep)
-        boxes = np.stack([x1, y1, x1 + w, y1 + h], axis=1)[kept].astype(np.float32)
-        labels = np.array([dataset.cat2label[categories[i]] for i in kept.tolist()],
-                          dtype=np.int64)
-        iscrowd = store['iscrowd'][rows[kept]].astype(bool)
-        # Where each sample's kept instances start and end among all the kept ones (views:
-        # transform copies what it hands out).
-        bounds = np.searchsorted(kept, np.append(first_of_sample, counts.sum())).tolist()
-        return [KeptInstances(rows[kept[a:b]], iscrowd[a:b], boxes[a:b], labels[a:b])
-                for a, b in zip(bounds[:-1], bounds[1:])]
+        """``KeptInstances`` of each of ``samples`` (indices >= 0)."""
+        return kept_instances(self.dataset.store, self.dataset.store_rows(samples),
+                              self.dataset.cat2label)
 
     def _masks(self, results: dict, rows: np.ndarray) -> tuple[Any, np.ndarray]:
         """(``gt_masks`` as ``LoadLazyAnnotations._load_masks`` makes them, which instances it
@@ -125,7 +82,8 @@ class ColumnarAnnotations:
         for k, i in enumerate(rows.tolist()):
             # Any other kind (RLE, PNG, none) through the loader's own code: rare, and its
             # errors are the per-sample path's.
-            mask = polygons[i] if i in polygons else dataset._mask(i)
+            mask = polygons[i] if i in polygons else \
+                instance_mask(dataset.store, i, dataset.data_root)
             item = loader._mask_item(mask, height, width, not loader.poly2mask)
             if item is None:
                 invalid[k] = True

@@ -42,7 +42,7 @@ class InflightRecord:
     @property
     def background(self) -> Optional[str]:
         """What this process loads besides the sample ``begin`` names (the images its decode
-        threads are on, ``overlapped_decode.py``), written before it; None: nothing."""
+        threads are on, ``batch_decoder.py``), written before it; None: nothing."""
         return self._background
 
     @background.setter

@@ -15,7 +15,7 @@ from .annotation_store import (MISSING_EXAMPLE, MISSING_IMAGES, PROBLEMS_SUFFIX,
                                VALIDATION_COUNTS, AnnotationStore, open_store)
 from .bad_samples import BadSampleHandler, log_dir
 from .batched_fetch import BatchedFetcher, batch_plan
-from .coco_store_layout import MASK_PNG, MASK_POLYGON, MASK_RLE, decoded
+from .coco_records import instance_mask, kept_instances
 from .inflight import InflightRecord
 from .seeded_rngs import load_seeded
 from .shared_instance_tensors import share_instance_tensors
@@ -101,6 +101,10 @@ class LazyCocoDataset(BaseDetDataset):
             raise ValueError(f'decode_threads must be >= 1 or None, got {decode_threads}')
         self.batched_fetch = batched_fetch
         self.decode_threads = decode_threads
+        # The model's data_preprocessor's pad_size_divisor (WorkerDefaultsHook sets it before
+        # the run): the batched fetch allocates its padded batches to it, so that neither
+        # fast_collate nor the preprocessor copies them again.
+        self.pad_size_divisor = 1
         self._fetcher_for: Any = None
         self._fetcher: Optional[BatchedFetcher] = None
         self.store_cache_dir = store_cache_dir
@@ -275,17 +279,24 @@ class LazyCocoDataset(BaseDetDataset):
             self.full_init()
         return len(self._rows)
 
-    # What makes a sample's instances from the store's rows; a subclass that overrides any of
-    # them may make others, which the columnar reading (columnar_annotations.py) would not give.
-    _INSTANCE_MAKERS = ('get_data_info', 'data_info_without_instances', '_data_info', '_instance',
-                        '_mask')
+    # What makes a sample's instances; a subclass that overrides any of them may make others,
+    # which the columnar reading (columnar_annotations.py) would not give.
+    _INSTANCE_MAKERS = ('get_data_info', 'data_info_without_instances', '_data_info',
+                        '_instance')
 
     @property
     def instances_from_store_rows(self) -> bool:
-        """Whether this dataset's instances are exactly the store's rows as this class makes
-        them (no override of ``_INSTANCE_MAKERS``): the batched fetch may then read the columns."""
+        """Whether this dataset's instances are exactly the store's rows as ``coco_records``
+        keeps them (no override of ``_INSTANCE_MAKERS``): the batched fetch may then read the
+        columns."""
         return all(getattr(type(self), name) is getattr(LazyCocoDataset, name)
                    for name in self._INSTANCE_MAKERS)
+
+    def store_rows(self, indices: Sequence[int]) -> np.ndarray:
+        """The store rows (images) of samples ``indices`` (each >= 0)."""
+        if not dataset_fully_initialized(self):
+            self.full_init()
+        return self._rows[np.asarray(indices, dtype=np.int64)]
 
     def get_data_info(self, idx: int) -> dict:
         """A fresh ``data_info`` dict for sample ``idx`` (new objects on every call)."""
@@ -319,52 +330,18 @@ class LazyCocoDataset(BaseDetDataset):
             data_info['caption_prompt'] = self.caption_prompt
             data_info['custom_entities'] = True
         if with_instances:
-            start, end = store['instance_offsets'][row:row + 2]
+            kept = kept_instances(store, self._rows[[idx]], self.cat2label)[0]
             data_info['instances'] = [
-                instance for instance in (self._instance(i, height, width)
-                                          for i in range(start, end))
-                if instance is not None
-            ]
+                self._instance(row, crowd, box, label) for row, crowd, box, label in zip(
+                    kept.rows.tolist(), kept.iscrowd.tolist(), kept.boxes.tolist(),
+                    kept.labels.tolist())]
         data_info['sample_idx'] = idx if idx >= 0 else len(self) + idx
         return data_info
 
-    def _instance(self, i: int, height: int, width: int) -> Optional[dict]:
-        """Instance ``i`` in mmdet's format, or None where ``CocoDataset.parse_data_info`` drops
-        it. The batched fetch applies the same rules to a whole batch with array operations
-        (``ColumnarAnnotations._kept_instances``): change both together (the tests compare)."""
-        store = self.store
-        if store['ignore'][i]:
-            return None
-        x1, y1, w, h = decoded(store, 'bbox', i).tolist()
-        inter_w = max(0, min(x1 + w, width) - max(x1, 0))
-        inter_h = max(0, min(y1 + h, height) - max(y1, 0))
-        category_id = int(store['category_id'][i])
-        if inter_w * inter_h == 0 or decoded(store, 'area', i) <= 0 or w < 1 or h < 1 \
-                or category_id not in self.cat2label:
-            return None
-        instance = {
-            'ignore_flag': int(store['iscrowd'][i]),
-            'bbox': [x1, y1, x1 + w, y1 + h],
-            'bbox_label': self.cat2label[category_id],
-        }
-        mask = self._mask(i)
+    def _instance(self, row: int, crowd: bool, box: list, label: int) -> dict:
+        """Kept annotation ``row`` as an instance dict of mmdet's format."""
+        instance = {'ignore_flag': int(crowd), 'bbox': box, 'bbox_label': label}
+        mask = instance_mask(self.store, row, self.data_root)
         if mask is not None:
             instance['mask'] = mask
         return instance
-
-    def _mask(self, i: int) -> Union[list, dict, None]:
-        store = self.store
-        kind = store['mask_kind'][i]
-        start, end = (int(v) for v in store['mask_range'][i])
-        if kind == MASK_POLYGON:
-            part_offsets = store['poly_part_offsets']
-            first, last = int(part_offsets[start]), int(part_offsets[end])
-            coords = decoded(store, 'poly_coords', slice(first, last)).tolist()
-            return [coords[int(part_offsets[p]) - first:int(part_offsets[p + 1]) - first]
-                    for p in range(start, end)]
-        if kind == MASK_RLE:
-            return {'size': [int(v) for v in store['rle_hw'][i]],
-                    'counts': store.text('blob', start, end)}
-        if kind == MASK_PNG:
-            return {'mask_file': osp.join(self.data_root or '', store.text('blob', start, end))}
-        return None

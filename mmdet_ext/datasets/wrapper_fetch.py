@@ -14,11 +14,12 @@ Any other dataset without ``fetch_batch`` loads sample by sample too; the first 
 process is logged.
 """
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
 from mmengine.dataset import ClassBalancedDataset, ConcatDataset, RepeatDataset
 from mmengine.logging import print_log
+from torch.utils.data import Dataset
 
 from .seeded_rngs import load_seeded
 
@@ -41,6 +42,18 @@ def fetch_batch(dataset: Any, indices: Sequence[int], seeds: Optional[Sequence[i
               else 'it has no fetch_batch')
     return [load_seeded(dataset, index, None if seeds is None else seeds[k])
             for k, index in enumerate(indices)]
+
+
+def wrapped_datasets(dataset: Any) -> Iterator[Any]:
+    """The datasets under ``dataset``'s wrappers (mmengine's, ``PerSampleSeedDataset``, any
+    with a ``dataset`` attribute), or ``dataset`` itself."""
+    if isinstance(dataset, ConcatDataset):
+        for part in dataset.datasets:
+            yield from wrapped_datasets(part)
+    elif isinstance(getattr(dataset, 'dataset', None), Dataset):
+        yield from wrapped_datasets(dataset.dataset)
+    else:
+        yield dataset
 
 
 def _fetch_concatenated(dataset: ConcatDataset, indices: Sequence[int],

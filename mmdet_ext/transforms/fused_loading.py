@@ -1,5 +1,6 @@
 """Load + Resize + RandomFlip as one transform: decode (reduced-size when the target allows it),
 then resize and flip in one native call."""
+import logging
 from typing import NamedTuple, Optional, Union
 
 import mmcv
@@ -8,6 +9,7 @@ import torch
 from mmcv.transforms import BaseTransform
 from mmdet.datasets.transforms import RandomFlip, Resize
 from mmdet.structures.bbox import autocast_box_type
+from mmengine.logging import print_log
 
 from .._compat import choose_flip_direction, record_homography, resize_annotations, scale_size
 from ..io import DEFAULT_MAX_PIXELS, ImageHeader
@@ -20,13 +22,17 @@ from .loading import ImageLoadError, decode_file_bytes, read_image_bytes
 
 # libjpeg decodes at 1/2, 1/4 and 1/8 of the size almost for free (it skips DCT coefficients).
 JPEG_SCALE_DENOMS = (8, 4, 2)
-# Where the pixels are resized and flipped: here, or by the data preprocessor on the model's
-# device (resize_normalize_batch), which reproduces these interpolations bit for bit.
-PIXELS_ON = ('worker', 'device')
+# Where the pixels are finished, the one knob: None, decoded, resized and flipped here (in the
+# DataLoader worker); 'resize', decoded here, resized and flipped by the data preprocessor on the
+# model's device (resize_normalize_batch, these interpolations bit for bit); 'decode', decoded
+# there too (nvJPEG on a GPU, ops/gpu_decode.py): the sample carries the file's bytes.
+DEFER = (None, 'resize', 'decode')
 DEVICE_INTERPOLATIONS = ('bilinear', 'nearest')
-# Where the JPEGs are decoded with pixels_on='device': here, or in the training process, on the
-# GPU with nvJPEG (ops/gpu_decode.py); the sample then carries the file's bytes.
-DECODE_ON = ('worker', 'device')
+# The spellings before `defer` (still accepted, with a warning once per process):
+# (pixels_on, decode_on) -> defer.
+_OLD_SPELLINGS = {('worker', 'worker'): None, ('device', 'worker'): 'resize',
+                  ('device', 'device'): 'decode'}
+_warned_old_spelling = False
 # The record of what remains to be done to a deferred image; PackDetInputs must carry it.
 PENDING_WARP_KEY = 'pending_warp'
 # In that record, with decode_on='device': the (h, w, c) the sample's bytes decode to.
@@ -99,23 +105,24 @@ class NativeLoadResizeFlip(BaseTransform):
     libjpeg's scaled IDCT applies (``benchmarks/results/pipeline.md`` has the measured difference).
     Only 8-bit images (``to_float32`` converts at the end) and the cv2 backend are supported.
 
-    ``pixels_on='device'`` (docs/deferred_pixels.md) defers the pixel work: ``img`` stays as
-    decoded (uint8, BGR, the reduced-size decode still applies; an HxWxC view of channel-planar
-    memory, so ``PackDetInputs`` copies nothing) and every other key is what
-    ``pixels_on='worker'`` writes (``img_shape``, ``scale_factor``, ``flip``, boxes, masks,
-    homography: the final geometry). ``results['pending_warp']`` records what remains,
-    ``{'out_shape': (h, w), 'flip_direction': ..., 'interpolation': ...}``; add
-    ``'pending_warp'`` to ``PackDetInputs``' ``meta_keys`` (``DEFERRED_META_KEYS``) so that
-    ``fast_collate`` packs the batch for ``FastDetDataPreprocessor``, which resizes, flips,
-    normalises and pads it in one op on the model's device. Nothing may touch ``img`` in
-    between; bilinear and nearest only, no ``to_float32``.
-
-    ``decode_on='device'`` (with ``pixels_on='device'`` and ``color_type='color'``) leaves the
-    decode to the training process too: ``img`` is then the file's bytes (a 1xN uint8 array,
-    so ``inputs`` is Tensor[1, 1, N]) and ``pending_warp['decoded_shape']`` the (h, w, 3) they
-    decode to (from the header; a file whose header does not tell is decoded here to learn it).
+    ``defer`` says where the pixels are finished (docs/deferred_pixels.md): None (the default)
+    here, in the DataLoader worker. ``defer='resize'``: ``img`` stays as decoded (uint8, BGR,
+    the reduced-size decode still applies; an HxWxC view of channel-planar memory, so
+    ``PackDetInputs`` copies nothing) and every other key is what the default writes
+    (``img_shape``, ``scale_factor``, ``flip``, boxes, masks, homography: the final geometry).
+    ``results['pending_warp']`` records what remains, ``{'out_shape': (h, w),
+    'flip_direction': ..., 'interpolation': ...}``; add ``'pending_warp'`` to
+    ``PackDetInputs``' ``meta_keys`` (``DEFERRED_META_KEYS``) so that ``fast_collate`` packs the
+    batch for ``FastDetDataPreprocessor``, which resizes, flips, normalises and pads it in one op
+    on the model's device. Nothing may touch ``img`` in between; bilinear and nearest only, no
+    ``to_float32``. ``defer='decode'`` (``color_type='color'``) leaves the decode to the training
+    process too: ``img`` is then the file's bytes (a 1xN uint8 array, so ``inputs`` is
+    Tensor[1, 1, N]) and ``pending_warp['decoded_shape']`` the (h, w, 3) they decode to (from the
+    header; a file whose header does not tell is decoded here to learn it).
     ``FastDetDataPreprocessor`` decodes the batch on the GPU with nvJPEG where it may
-    (``ops/gpu_decode.py``), else on the CPU. No reduced-size decode: full size, as mmdet.
+    (``ops/gpu_decode.py``), else on the CPU. No reduced-size decode: full size, as mmdet. The
+    spellings before ``defer`` -- ``pixels_on='device'`` for ``'resize'``, with
+    ``decode_on='device'`` for ``'decode'`` -- keep working, with a warning once per process.
     """
 
     def __init__(self, scale: Optional[Union[int, tuple[int, int]]] = None,
@@ -127,20 +134,18 @@ class NativeLoadResizeFlip(BaseTransform):
                  color_type: str = 'color', to_float32: bool = False,
                  backend_args: Optional[dict] = None, ignore_empty: bool = False,
                  max_pixels: int = DEFAULT_MAX_PIXELS, reduced_decode: bool = True,
-                 pixels_on: str = 'worker', decode_on: str = 'worker') -> None:
-        if pixels_on not in PIXELS_ON:
-            raise ValueError(f'NativeLoadResizeFlip: pixels_on must be one of {PIXELS_ON}, '
-                             f'got {pixels_on!r}')
-        if decode_on not in DECODE_ON:
-            raise ValueError(f'NativeLoadResizeFlip: decode_on must be one of {DECODE_ON}, '
-                             f'got {decode_on!r}')
-        if decode_on == 'device' and (pixels_on != 'device' or color_type != 'color'):
-            raise ValueError("NativeLoadResizeFlip: decode_on='device' needs pixels_on='device' "
-                             f"and color_type='color', got pixels_on={pixels_on!r}, "
+                 defer: Optional[str] = None, pixels_on: Optional[str] = None,
+                 decode_on: Optional[str] = None) -> None:
+        if pixels_on is not None or decode_on is not None:
+            defer = _defer_from_old_spelling(defer, pixels_on, decode_on)
+        if defer not in DEFER:
+            raise ValueError(f'NativeLoadResizeFlip: defer must be one of {DEFER}, got {defer!r}')
+        if defer == 'decode' and color_type != 'color':
+            raise ValueError("NativeLoadResizeFlip: defer='decode' needs color_type='color', got "
                              f'color_type={color_type!r}')
-        if pixels_on == 'device' and (to_float32 or interpolation not in DEVICE_INTERPOLATIONS):
+        if defer is not None and (to_float32 or interpolation not in DEVICE_INTERPOLATIONS):
             raise ValueError(
-                "NativeLoadResizeFlip: pixels_on='device' needs uint8 images (to_float32=False) "
+                f'NativeLoadResizeFlip: defer={defer!r} needs uint8 images (to_float32=False) '
                 f'and an interpolation in {DEVICE_INTERPOLATIONS}, got to_float32={to_float32}, '
                 f'interpolation={interpolation!r}')
         # mmdet's own transforms hold the arguments, validate them and do the annotation maths.
@@ -153,8 +158,18 @@ class NativeLoadResizeFlip(BaseTransform):
         self.ignore_empty = ignore_empty
         self.max_pixels = max_pixels
         self.reduced_decode = reduced_decode
-        self.pixels_on = pixels_on
-        self.decode_on = decode_on
+        self.defer = defer
+
+    # What the batched fetch and this class read of `defer`.
+    @property
+    def pixels_on(self) -> str:
+        """'device' where the resize and flip are left to the model's device, else 'worker'."""
+        return 'worker' if self.defer is None else 'device'
+
+    @property
+    def decode_on(self) -> str:
+        """'device' where the decode is left to the model's device too, else 'worker'."""
+        return 'device' if self.defer == 'decode' else 'worker'
 
     @classmethod
     def from_transforms(cls, resize: Resize, flip: Optional[RandomFlip],
@@ -419,4 +434,27 @@ class NativeLoadResizeFlip(BaseTransform):
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(resize={self.resize!r}, flip={self.flip!r}, '
                 f'color_type={self.color_type!r}, reduced_decode={self.reduced_decode}, '
-                f'pixels_on={self.pixels_on!r}, decode_on={self.decode_on!r})')
+                f'defer={self.defer!r})')
+
+
+def _defer_from_old_spelling(defer: Optional[str], pixels_on: Optional[str],
+                             decode_on: Optional[str]) -> Optional[str]:
+    """``defer`` for the spellings before it (``pixels_on``, ``decode_on``), warned about once
+    per process; refused where they say something ``defer`` cannot, or contradict it."""
+    global _warned_old_spelling
+    spelled = (pixels_on or 'worker', decode_on or 'worker')
+    if spelled not in _OLD_SPELLINGS:
+        raise ValueError(f'NativeLoadResizeFlip: pixels_on={pixels_on!r}, decode_on='
+                         f"{decode_on!r} is not a setting (decode_on='device' needs "
+                         "pixels_on='device'); use defer=None, 'resize' or 'decode'")
+    meant = _OLD_SPELLINGS[spelled]
+    if defer is not None and defer != meant:
+        raise ValueError(f'NativeLoadResizeFlip: defer={defer!r} contradicts pixels_on='
+                         f'{pixels_on!r}, decode_on={decode_on!r} (defer={meant!r}); set defer '
+                         'alone')
+    if not _warned_old_spelling:
+        _warned_old_spelling = True
+        print_log(f'NativeLoadResizeFlip: pixels_on={pixels_on!r}, decode_on={decode_on!r} is '
+                  f'spelled defer={meant!r} now (the old spelling keeps working); logged once',
+                  logger='current', level=logging.WARNING)
+    return meant

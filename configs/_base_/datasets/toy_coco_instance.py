@@ -21,8 +21,9 @@ test_pipeline = [
     dict(type='PackDetInputs',
          meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
 ]
-# pad_size_divisor: as the model's data_preprocessor (32 in mmdet's Mask R-CNN).
-collate = dict(type='fast_collate', pad_size_divisor=32)
+# No pad_size_divisor here: the model's data_preprocessor holds the one (WorkerDefaultsHook hands
+# it to the dataset, whose batched fetch allocates its batches padded to it).
+collate = dict(type='fast_collate')
 train_dataloader = dict(
     batch_size=4,
     num_workers=2,

@@ -7,10 +7,13 @@ import cv2
 import torch
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
 
 from ..._compat import (discard_dataloader_iterator, infinite_iterator_epoch,
                          restart_infinite_iterator, runner_loops)
 from ..._native import _C
+from ...datasets import LazyCocoDataset
+from ...datasets.wrapper_fetch import wrapped_datasets
 from ...registry import HOOKS
 
 
@@ -50,7 +53,10 @@ class WorkerDefaultsHook(Hook):
     - sets ``pin_memory`` when CUDA is available (and ``pin_memory='auto'``);
     - gives workers a ``timeout`` (seconds) when they have none, so a stuck worker raises;
     - disables OpenCV's threads inside every worker, then runs the configured
-      ``worker_init_fn`` (mmengine's seeding) as before.
+      ``worker_init_fn`` (mmengine's seeding) as before;
+    - hands the model's ``data_preprocessor.pad_size_divisor`` to every ``LazyCocoDataset``
+      of the dataloaders, whose batched fetch then allocates its batches padded to it: the one
+      place the divisor is set is the model's preprocessor.
 
     ``persistent_workers`` cannot change after the DataLoader is built: set it in the config (our
     dataset base config does). Args: ``max_workers`` (None: the usable CPUs per rank),
@@ -73,10 +79,15 @@ class WorkerDefaultsHook(Hook):
         return cap if self.max_workers is None else min(cap, self.max_workers)
 
     def before_run(self, runner) -> None:
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        divisor = getattr(getattr(model, 'data_preprocessor', None), 'pad_size_divisor', 1)
         for name, loop in runner_loops(runner).items():
             loader = getattr(loop, 'dataloader', None)  # loops not built yet are still dicts
             if isinstance(loader, torch.utils.data.DataLoader):
                 self.apply(loader, name)
+                for dataset in wrapped_datasets(loader.dataset):
+                    if isinstance(dataset, LazyCocoDataset):
+                        dataset.pad_size_divisor = divisor
                 iterator = getattr(loop, 'dataloader_iterator', None)
                 if iterator is not None:
                     # OpenMMLab's IterBasedTrainLoop made its iterator -- and started its

@@ -1,8 +1,9 @@
 """Images decoded while a batch is planned: ``_C.DecodeQueue`` (native threads, no GIL) decodes
 each image as ``decode_image(..., planar=True)`` does (and resizes and flips it into its slot of
 a padded batch as ``decode_images_into`` does), names each failure, checks its arguments
-before queueing, works again in a forked child; ``OverlappedDecode`` places a batch's images one
-after another in a buffer that grows when they do not fit; the batched fetch that uses it gives
+before queueing, works again in a forked child, and with no threads of its own decodes on the
+caller's thread; ``BatchDecoder`` places a batch's images one after another in a buffer that
+grows when they do not fit; the batched fetch that uses it gives
 the per-sample path's samples (tests/test_batched_fetch.py runs it too, in threads mode)."""
 import multiprocessing
 
@@ -12,7 +13,7 @@ import torch
 
 from mmdet_ext import NativeLoadResizeFlip
 from mmdet_ext.datasets.inflight import InflightRecord
-from mmdet_ext.datasets.overlapped_decode import DecodeFailed, OverlappedDecode, decode_queue
+from mmdet_ext.datasets.batch_decoder import BatchDecoder, DecodeFailed, decode_queue
 from mmdet_ext.io import DEFAULT_MAX_PIXELS
 from mmdet_ext.ops import decode_image, decode_images_into
 from mmdet_ext.ops.image import IMREAD_FLAGS
@@ -29,7 +30,7 @@ IMAGES = [(encoded_image(480, 640, seed=1), 1), (encoded_image(301, 199, seed=2)
           (encoded_image(120, 160, seed=5), 8)]
 
 
-@pytest.mark.parametrize('threads', [1, 3])
+@pytest.mark.parametrize('threads', [0, 1, 3])
 @pytest.mark.parametrize('color_type', ['color', 'grayscale'])
 def test_queue_decodes_each_image_as_decode_image(threads, color_type):
     queue = decode_queue(threads)
@@ -175,8 +176,7 @@ def test_a_batch_larger_than_its_buffer_grows_it_and_keeps_what_was_decoded():
     small, large = encoded_image(16, 16, seed=9), encoded_image(480, 640, seed=10)
     pendings = [_pending(small, 1), _pending(large, 1), _pending(small, 1), _pending(large, 2),
                 _pending(large, 1)]
-    decode = OverlappedDecode(loader, 3, batch_size=len(pendings), capacity_hint=0,
-                              inflight=InflightRecord(None))
+    decode = BatchDecoder(loader, 3, batch_size=len(pendings), inflight=InflightRecord(None))
     for index, pending in enumerate(pendings):
         decode.add(index, pending)
     assert decode.buffer.numel() >= decode.used > 16 * 16 * 3 * 5 * 5 // 4  # it grew
@@ -195,8 +195,7 @@ def test_a_failed_image_is_named_and_the_others_are_decoded():
     good = encoded_image(48, 64, seed=11)
     pendings = [_pending(good, 1, name='a.jpg'), _pending(good, 1, name='b.jpg')._replace(
         encoded=good[:len(good) // 2].clone()), _pending(good, 1, name='c.jpg')]
-    decode = OverlappedDecode(loader, 2, batch_size=3, capacity_hint=0,
-                              inflight=InflightRecord(None))
+    decode = BatchDecoder(loader, 2, batch_size=3, inflight=InflightRecord(None))
     for index, pending in zip([4, 7, 9], pendings):
         decode.add(index, pending)
     with pytest.raises(DecodeFailed,

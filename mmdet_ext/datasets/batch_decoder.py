@@ -1,40 +1,32 @@
-"""A batch's images decoded while the rest of the batch is still being planned (threads mode).
+"""The one executor of the batched fetch: a batch's images decoded on ``_C.DecodeQueue``.
 
-Why: with ``num_workers=0`` the batched fetch runs in the training process: the plan of every
-sample (Python, one thread), then ``decode_images_into`` on every core, then the transforms after
-the loader. While Python plans, the other cores have nothing to do: at 640x480 the plan takes
-about a third of the decode's wall time on 2 cores (``benchmarks/results/batched_fetch.md``).
-Here each image is queued for decoding as soon as its plan says where it goes, and is decoded
-while the next samples are planned.
+Why one: every batched fetch decodes its images the same way, one image at a time by
+``decode_one_planar`` (csrc/io), into a flat buffer (images as decoded, or files' bytes) or
+into the slots of a padded batch (resized and flipped as they are decoded). Only when the
+decodes run differs, and that is a number of threads, not another code path:
 
-Where: ``pixels_on='device'`` batches, whose images lie one after another in a flat buffer (an
-image's offset is known once the images before it are planned), decoded in this process on more
-than one thread. A ``pixels_on='worker'`` batch is written into the slots of a padded batch whose
-size only the last plan tells: its images are queued once the batch is planned
-(``OverlappedWarp``: decoded, resized and flipped into their slots), and decode while the
-samples are finished (``batched_fetch.reads_no_pixels``). Against one ``decode_images_into``
-call after the plan: 583 against 538 samples/s at 640x480 -> 1333x800 on 2 cores (the threads
-live on, with their scratch memory, and the packing no longer leaves a core idle). In a
-DataLoader worker the workers are the parallelism, and nothing changes.
+- in a DataLoader worker (1 decode thread: the workers are the parallelism) the queue has no
+  threads of its own: ``images()`` decodes everything on the calling thread, which is what one
+  ``decode_images_into`` call after planning did (tests compare the two);
+- in the training process (``num_workers=0``, every core) the queue has one thread fewer than
+  the decode threads, and images start decoding while the rest of the batch is planned: a flat
+  batch image by image as each is planned (its offset is known once the images before it are),
+  a padded batch once the last plan tells the slots' size, decoding while the samples are
+  finished (``batched_fetch.reads_no_pixels``). The planning thread joins in when it waits.
+  That overlap is what makes threads mode faster than one call after planning
+  (benchmarks/results/batched_fetch.md).
 
-How: the images go to ``_C.DecodeQueue`` (csrc/io/decode_queue.cpp): native threads, one fewer
-than the decode threads, that never take the GIL, and the planning thread itself joins in when it
-has planned the batch and waits. Each image is decoded as ``decode_images_into`` decodes it: the
-same pixels. Python threads instead stall: one coming back from a decode waits for the GIL the
-planning thread holds; so would native threads dropping a reference to a tensor Python also
-holds (the queue keeps raw pointers, and this object the tensors); and a decode thread per core
-plus the planning thread slow each other down (all three measured slower than one call after
-the plan). The buffer is allocated at the first image, for the most bytes a batch took so far
-(or this image's size times the batch size, if more), and no more: a few MB of headroom can take
-a batch's buffer past glibc's 32 MB mmap threshold, and then every batch faults in fresh pages
-(measured at 1280x960: 270 against 410 samples/s). An image that does not fit waits for the
-decodes in flight, then the buffer grows and what is decoded is copied over (rare once the
-largest batch has been seen). While images are in flight, the in-flight record lists them before
-whatever the planning writes, so a decoder crash is still named.
-
-Tried for ``pixels_on='worker'`` too (each image decoded as soon as it is planned and held, then
-resized and flipped into its slot once the batch's size is known) and dropped: 584.1 against
-586.9 samples/s, with more CPU.
+How: the queue's native threads never take the GIL. Python threads instead stall: one coming
+back from a decode waits for the GIL the planning thread holds; so would native threads dropping
+a reference to a tensor Python also holds (the queue keeps raw pointers, and this object the
+tensors). A flat buffer decoded while planning is allocated at the first image, for the most
+bytes a batch took so far (or this image's size times the batch size, if more), and no more: a
+few MB of headroom can take a batch's buffer past glibc's 32 MB mmap threshold, and then every
+batch faults in fresh pages. An image that does not fit waits for the decodes in flight, then the
+buffer grows and what is decoded is copied over. A flat buffer made after planning is allocated
+once, at its size, by the caller (shared memory in a worker: it crosses to the training process
+as it is). While images are in flight, the in-flight record lists them before whatever the
+planning writes, so a decoder crash is still named.
 """
 import os
 import threading
@@ -44,6 +36,7 @@ import numpy as np
 import torch
 
 from .._native import _C
+from ..collate import slot_views
 from ..io import DEFAULT_MAX_PIXELS
 from ..ops.image import IMREAD_FLAGS
 from ..ops.pixels import FLIP_CODES, INTERPOLATIONS
@@ -70,11 +63,12 @@ def decode_queue(threads: int) -> Any:
         return queue
 
 
-class OverlappedDecode:
-    """The flat buffer of one ``pixels_on='device'`` batch, filled as its images are planned."""
+class BatchDecoder:
+    """A batch's images in one flat buffer, one after another: ``buffer`` when given (of the
+    batch's size), else one allocated at the first image and grown as needed."""
 
-    def __init__(self, loader: Any, threads: int, batch_size: int, capacity_hint: int,
-                 inflight: Any) -> None:
+    def __init__(self, loader: Any, threads: int, batch_size: int, inflight: Any,
+                 capacity_hint: int = 0, buffer: Optional[torch.Tensor] = None) -> None:
         self.loader = loader
         # One thread fewer than the decode threads: the planning thread keeps a core while it
         # plans, and decodes what is left when it waits (DecodeQueue.wait).
@@ -82,7 +76,7 @@ class OverlappedDecode:
         self.batch_size = batch_size
         self.capacity_hint = capacity_hint
         self.inflight = inflight
-        self.buffer: Optional[torch.Tensor] = None
+        self.buffer: Optional[torch.Tensor] = buffer
         self.used = 0
         self.layout: list[tuple[int, tuple[int, int, int]]] = []  # (offset, shape) per image
         self.names: list[str] = []  # of the images queued, by their position in the queue
@@ -93,7 +87,8 @@ class OverlappedDecode:
 
     def add(self, index: int, pending: PendingDecode) -> None:
         """Place the next image of the batch and queue its decode."""
-        size = int(np.prod(pending.shape))
+        shape = pending.out_shape  # as decoded, or as a plan that decoded it warped it
+        size = int(np.prod(shape))
         if self.buffer is None:
             capacity = max(self.capacity_hint, size * self.batch_size)
             self.buffer = torch.empty(capacity, dtype=torch.uint8)
@@ -101,9 +96,9 @@ class OverlappedDecode:
             self._grow(self.used + size)
         offset = self.used
         self.used += size
-        self.layout.append((offset, pending.shape))
+        self.layout.append((offset, shape))
         if pending.encoded is None:  # plan decoded it (a format without a header reader)
-            self.buffer[offset:offset + size].view(pending.shape).copy_(pending.decoded)
+            self.buffer[offset:offset + size].view(shape).copy_(pending.decoded)
             return
         self._submit(index, pending, offset)
 
@@ -159,15 +154,14 @@ class OverlappedDecode:
         self.buffer = grown
 
 
-class OverlappedWarp(OverlappedDecode):
+class SlotDecoder(BatchDecoder):
     """A ``pixels_on='worker'`` batch: each image decoded, resized and flipped into its slot of
-    the padded batch (``batch``, [B, C, H, W]) on the queue's threads, while the samples are
-    finished. Queued once the whole batch is planned: the slots' size is the largest image's."""
+    the padded batch (``batch``, [B, C, H, W]). Queued once the whole batch is planned: the
+    slots' size is the largest image's (padded to the model's divisor)."""
 
     def __init__(self, loader: Any, threads: int, batch: torch.Tensor, inflight: Any) -> None:
-        super().__init__(loader, threads, len(batch), 0, inflight)
+        super().__init__(loader, threads, len(batch), inflight, buffer=batch.view(-1))
         self.batch = batch
-        self.buffer = batch.view(-1)
 
     def add(self, index: int, pending: PendingDecode) -> None:
         position = len(self.layout)
@@ -183,5 +177,4 @@ class OverlappedWarp(OverlappedDecode):
                      slot_hw=list(self.batch.shape[2:]))
 
     def views(self) -> list[torch.Tensor]:
-        return [self.batch[position, :, :height, :width]
-                for position, (_, (_, height, width)) in enumerate(self.layout)]
+        return slot_views(self.batch, [shape for _, shape in self.layout])
