@@ -368,3 +368,15 @@ class LazyCocoDataset(BaseDetDataset):
         if kind == MASK_PNG:
             return {'mask_file': osp.join(self.data_root or '', store.text('blob', start, end))}
         return None
+
+    def image_sizes(self, indices: Sequence[int]) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """(widths, heights) of samples ``indices``, as ``get_data_info`` gives them, read from
+        the store in one call (``FastAspectRatioBatchSampler``); None in a subclass that makes
+        its own ``get_data_info``, whose sizes may not be the store's."""
+        if any(getattr(type(self), name) is not getattr(LazyCocoDataset, name)
+               for name in ('get_data_info', '_data_info')):
+            return None
+        if not dataset_fully_initialized(self):
+            self.full_init()
+        height_width = self.store['image_hw'][self._rows[np.asarray(indices, dtype=np.int64)]]
+        return height_width[:, 1], height_width[:, 0]
