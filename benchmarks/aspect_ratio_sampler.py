@@ -85,7 +85,8 @@ def report(best: dict, args: argparse.Namespace, num_images: int, num_anns: int,
         f'(shared with other jobs; load average {load[0]:.2f} before the run), Python '
         f'{platform.python_version()}. Dataset: synthetic COCO json '
         f'(`make_scale_coco.py coco --image-sizes coco --scale {args.scale}`), '
-        f'{num_images:,} images ({portrait:,} portrait), {num_anns:,} instances, `LazyCocoDataset(validate=False)`. '
+        f'{num_images:,} images ({portrait:,} portrait), {num_anns:,} instances, '
+        '`LazyCocoDataset(validate=False)`. '
         f'One epoch: every batch of a `DefaultSampler(shuffle=True)` epoch, batch size '
         f'{args.batch_size}, indices only; best of {args.repeats} epochs each, samplers '
         'alternating; both gave the same batches (asserted).',
