@@ -28,7 +28,6 @@ from mmengine.dataset import DefaultSampler
 from benchmarks.make_scale_coco import SIZES
 from benchmarks.make_scale_coco import write as write_coco_json
 from mmdet_ext.datasets import FastAspectRatioBatchSampler, LazyCocoDataset
-from mmdet_ext.datasets.aspect_ratio_sampler import CHUNK
 
 COMMAND = 'PYTHONPATH=. python3 benchmarks/aspect_ratio_sampler.py'
 SAMPLERS = {'mmdet AspectRatioBatchSampler': AspectRatioBatchSampler,
@@ -99,7 +98,7 @@ def report(best: dict, args: argparse.Namespace, num_images: int, num_anns: int,
               '',
               "mmdet's sampler builds each sample's `data_info` (its instances' boxes and "
               'polygons included) to read `width` and `height`; ours reads the two columns of '
-              f'the store for {CHUNK:,} indices at a time. A DataLoader draws its batches in the '
+              'the store for every sample in one call per epoch. A DataLoader draws its batches in the '
               'main process whatever `num_workers` is: this time is spent there every epoch, '
               'between batches.', '']
     return '\n'.join(lines)

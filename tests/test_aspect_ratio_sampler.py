@@ -171,12 +171,17 @@ def test_concat_with_a_dataset_without_sizes_asks_get_data_info(mixed_coco_root)
 
 
 def test_infinite_sampler_batches_are_mmdets(mixed_coco_root):
-    """InfiniteSampler (iteration-based configs) never ends: the sizes are read a chunk at a
-    time; the first batches, across the dataset's end many times over, are mmdet's."""
+    """InfiniteSampler (iteration-based configs) never ends and its iterators share one index
+    stream: indices are drawn as mmdet draws them, so a second iterator (after the first was
+    left, a full bucket behind) continues the stream where mmdet's does."""
     dataset = _dataset(mixed_coco_root)
-    mine, mmdet = (list(islice(cls(InfiniteSampler(dataset, seed=4), batch_size=3), 1500))
-                   for cls in (FastAspectRatioBatchSampler, AspectRatioBatchSampler))
-    assert mine == mmdet
+    batches = []
+    for cls in (FastAspectRatioBatchSampler, AspectRatioBatchSampler):
+        batch_sampler = cls(InfiniteSampler(dataset, seed=4), batch_size=3)
+        # Both iterators kept open: closing one closes the sampler's stream.
+        iterators = [iter(batch_sampler), iter(batch_sampler)]
+        batches.append([list(islice(it, count)) for it, count in zip(iterators, (1500, 7))])
+    assert batches[0] == batches[1] and len(batches[0][1]) == 7
 
 
 def test_an_abandoned_iterator_leaves_mmdets_buckets(mixed_coco_root):

@@ -2,14 +2,14 @@
 
 Why: mmdet's sampler calls ``dataset.get_data_info(idx)`` for every index of every epoch, in the
 main process, to read two numbers; ``LazyCocoDataset.get_data_info`` builds the whole sample's
-annotations each time (benchmarks/results/aspect_ratio_sampler.md). Here the sizes of a chunk of
-indices come from one ``image_sizes`` call where the dataset has one (``LazyCocoDataset``: the
-store's columns), through mmengine's ``RepeatDataset``, ``ClassBalancedDataset`` and
-``ConcatDataset``; any other dataset is asked ``get_data_info`` per index, as mmdet does.
-``adopt()`` puts it in place of mmdet's.
+annotations each time (benchmarks/results/aspect_ratio_sampler.md). Here each epoch reads the
+sizes of every sample in one ``image_sizes`` call where the dataset has one (``LazyCocoDataset``:
+the store's columns), through mmengine's ``RepeatDataset``, ``ClassBalancedDataset`` and
+``ConcatDataset``; any other dataset is asked ``get_data_info`` per index, as mmdet does. Indices
+are drawn from the sampler one at a time, as mmdet draws them (``InfiniteSampler`` shares one
+stream between its iterators). ``adopt()`` puts it in place of mmdet's.
 """
 from collections.abc import Iterator, Sequence
-from itertools import islice
 from typing import Any, Optional
 
 import numpy as np
@@ -18,8 +18,6 @@ from mmengine.dataset import ClassBalancedDataset, ConcatDataset, RepeatDataset
 
 from ..registry import DATA_SAMPLERS
 
-# Indices drawn from the sampler per ``image_sizes`` call (InfiniteSampler never ends).
-CHUNK = 4096
 # (width, height) arrays of the samples asked for, or None where the dataset cannot tell.
 Sizes = Optional[tuple[np.ndarray, np.ndarray]]
 
@@ -53,18 +51,16 @@ class FastAspectRatioBatchSampler(AspectRatioBatchSampler):
     def _orientations(self) -> Iterator[tuple[Any, bool]]:
         """(index, width < height) for each index of the sampler, in its order."""
         dataset = self.sampler.dataset
-        indices = iter(self.sampler)
-        while chunk := list(islice(indices, CHUNK)):
-            sizes = image_sizes(dataset, chunk)
-            if sizes is None:
-                break
-            widths, heights = sizes
-            yield from zip(chunk, (widths < heights).tolist())
-        else:
+        sizes = image_sizes(dataset, range(len(dataset)))
+        if sizes is None:
+            for idx in self.sampler:  # as mmdet: one get_data_info per index
+                info = dataset.get_data_info(idx)
+                yield idx, info['width'] < info['height']
             return
-        for idx in [*chunk, *indices]:  # as mmdet: one get_data_info per index
-            info = dataset.get_data_info(idx)
-            yield idx, info['width'] < info['height']
+        widths, heights = sizes
+        portrait = (widths < heights).tolist()
+        for idx in self.sampler:
+            yield idx, portrait[idx]
 
 
 def image_sizes(dataset: Any, indices: Sequence[int]) -> Sizes:
