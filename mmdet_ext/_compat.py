@@ -88,6 +88,10 @@ PRIVATE_CALLABLES: dict[str, PrivateCallable] = {
         ('self', 'results'), '_compat.record_homography (NativeLoadResizeFlip)'),
     'mmengine.dataset.InfiniteSampler._indices_of_rank': PrivateCallable(
         ('self',), '_compat.restart_infinite_iterator (ExactResumeHook)'),
+    **{f'mmengine.dataset.{wrapper}._get_ori_dataset_idx': PrivateCallable(
+        ('self', 'idx'), 'datasets.wrapper_fetch.fetch_batch, '
+                         'datasets.aspect_ratio_sampler.image_sizes')
+       for wrapper in ('RepeatDataset', 'ClassBalancedDataset', 'ConcatDataset')},
     # Overridden (a method override has to keep the private name):
     'mmdet.datasets.transforms.LoadAnnotations._load_masks': PrivateCallable(
         ('self', 'results'), 'mmdet_ext.transforms.LoadLazyAnnotations._load_masks'),
@@ -114,7 +118,7 @@ PRIVATE_ATTRIBUTES: dict[str, str] = {
     'mmengine.runner.loops._InfiniteDataloaderIterator._iterator':
         '_compat.restart_infinite_iterator (ExactResumeHook)',
     'mmdet.datasets.samplers.AspectRatioBatchSampler._aspect_ratio_buckets':
-        '_compat.restart_infinite_iterator (ExactResumeHook)',
+        '_compat.restart_infinite_iterator (ExactResumeHook), FastAspectRatioBatchSampler',
     'mmengine.dataset.BaseDataset._fully_initialized':
         '_compat.dataset_fully_initialized, mark_dataset_fully_initialized (LazyCocoDataset)',
     'mmengine.dataset.BaseDataset._indices': '_compat.dataset_indices (LazyCocoDataset)',

@@ -12,6 +12,8 @@ The call takes the config as defined so far (the bases, then the lines above it)
 - datasets: ``CocoDataset`` -> ``LazyCocoDataset``, inside dataset wrappers too;
 - pipelines: ``LoadImageFromFile`` -> ``NativeLoadImageFromFile`` (when this build has OpenCV),
   ``LoadAnnotations`` -> ``LoadLazyAnnotations`` (same ``with_mask``);
+- ``batch_sampler``: ``AspectRatioBatchSampler`` -> ``FastAspectRatioBatchSampler`` (same
+  batches, the images' sizes read in bulk);
 - ``collate_fn``: ``fast_collate`` (padding as the model's preprocessor), where the dataloader
   used mmengine's default and its pipeline ends in ``PackDetInputs``;
 - ``model.data_preprocessor``: ``DetDataPreprocessor`` -> ``FastDetDataPreprocessor``;
@@ -36,6 +38,7 @@ DATASET_TYPES = {'CocoDataset': 'LazyCocoDataset'}
 IMAGE_LOADER_TYPES = {'LoadImageFromFile': 'NativeLoadImageFromFile'}
 ANNOTATION_LOADER_TYPES = {'LoadAnnotations': 'LoadLazyAnnotations'}
 PREPROCESSOR_TYPES = {'DetDataPreprocessor': 'FastDetDataPreprocessor'}
+BATCH_SAMPLER_TYPES = {'AspectRatioBatchSampler': 'FastAspectRatioBatchSampler'}
 DEFAULT_COLLATES = (None, 'pseudo_collate')
 RUNTIME_CONFIG = Path(__file__).resolve().parent / '.mim' / 'configs' / '_base_' / \
     'mmdet_ext_runtime.py'
@@ -84,6 +87,9 @@ def _innermost_pipeline(dataset: dict) -> Optional[list]:
 def _adopt_dataloader(dataloader: dict, transform_types: dict[str, str]) -> dict:
     dataloader = copy.deepcopy(dict(dataloader))
     dataloader['dataset'] = _adopt_dataset(dataloader['dataset'], transform_types)
+    if isinstance(dataloader.get('batch_sampler'), dict):
+        batch_sampler = dataloader['batch_sampler']
+        batch_sampler['type'] = _swapped(batch_sampler.get('type'), BATCH_SAMPLER_TYPES)
     collate_type = dataloader.get('collate_fn', {}).get('type')
     pipeline = _innermost_pipeline(dataloader['dataset']) or [{}]
     if collate_type in DEFAULT_COLLATES and pipeline[-1].get('type') in ('PackDetInputs',

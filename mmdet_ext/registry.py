@@ -11,7 +11,7 @@ an empty ``mmdet_ext`` child, which finds everything through its parent: mmdet's
 (registered into mmdet's), mmengine's.
 """
 from mmdet import registry as mmdet_registry
-from mmdet.registry import DATASETS, HOOKS, METRICS, MODELS, TRANSFORMS
+from mmdet.registry import DATA_SAMPLERS, DATASETS, HOOKS, METRICS, MODELS, TRANSFORMS
 from mmengine.registry import FUNCTIONS, Registry
 
 from .config_scope import SCOPE
@@ -21,4 +21,5 @@ SCOPE_REGISTRIES = {
     for name, parent in vars(mmdet_registry).items() if isinstance(parent, Registry)
 }
 
-__all__ = ['DATASETS', 'FUNCTIONS', 'HOOKS', 'METRICS', 'MODELS', 'SCOPE_REGISTRIES', 'TRANSFORMS']
+__all__ = ['DATA_SAMPLERS', 'DATASETS', 'FUNCTIONS', 'HOOKS', 'METRICS', 'MODELS',
+           'SCOPE_REGISTRIES', 'TRANSFORMS']

@@ -345,3 +345,14 @@ class LazyCocoDataset(BaseDetDataset):
         if mask is not None:
             instance['mask'] = mask
         return instance
+
+    def image_sizes(self, indices: Sequence[int]) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """(widths, heights) of samples ``indices``, as ``get_data_info`` gives them, read from
+        the store in one call (``FastAspectRatioBatchSampler``); None in a subclass that makes
+        its own ``get_data_info``, whose sizes may not be the store's."""
+        if any(getattr(type(self), name) is not getattr(LazyCocoDataset, name)
+               for name in ('get_data_info', '_data_info')):
+            return None
+        rows = self.store_rows(indices)  # full_init first: the store opens there
+        height_width = self.store['image_hw'][rows]
+        return height_width[:, 1], height_width[:, 0]
