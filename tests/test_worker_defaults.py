@@ -4,6 +4,7 @@ import random
 import cv2
 import numpy as np
 import torch
+from mmdet.datasets.transforms import PackDetInputs
 from mmengine.dataset import RepeatDataset
 from mmengine.hooks import Hook
 from mmengine.model import BaseModel
@@ -11,8 +12,10 @@ from mmengine.runner import Runner
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from mmdet_ext import LazyCocoDataset, WorkerDefaultsHook, _C
+from mmdet_ext import (LazyCocoDataset, LoadLazyAnnotations, NativeLoadResizeFlip,
+                       WorkerDefaultsHook, _C)
 from mmdet_ext.models import FastDetDataPreprocessor
+from mmdet_ext.datasets.wrapper_fetch import wrapped_datasets
 from mmdet_ext.engine.hooks.worker_defaults_hook import usable_cpu_count
 from helpers.tiny_runner import LossRecorderHook, read_losses, tiny_runner_kwargs
 
@@ -118,9 +121,9 @@ def test_the_models_divisor_sizes_the_batches_the_dataset_fetches(tmp_path, toy_
     dataset = RepeatDataset(LazyCocoDataset(
         data_root=str(toy_coco_root), ann_file='annotations/instances_train.json',
         data_prefix=dict(img='train/'), metainfo=dict(classes=('circle', 'rectangle')),
-        pipeline=[dict(type='LoadLazyAnnotations', with_bbox=True, with_mask=True),
-                  dict(type='NativeLoadResizeFlip', scale=(150, 100), keep_ratio=True),
-                  dict(type='PackDetInputs')]), times=1)
+        pipeline=[LoadLazyAnnotations(with_bbox=True, with_mask=True),
+                  NativeLoadResizeFlip(scale=(150, 100), keep_ratio=True), PackDetInputs()]),
+        times=1)
     kwargs = tiny_runner_kwargs(str(tmp_path), max_epochs=1, with_val=False,
                                 custom_hooks=[dict(type='WorkerDefaultsHook'), seen])
     kwargs['model'] = _PixelMean(FastDetDataPreprocessor(pad_size_divisor=96))
@@ -128,8 +131,11 @@ def test_the_models_divisor_sizes_the_batches_the_dataset_fetches(tmp_path, toy_
                                       sampler=dict(type='DefaultSampler', shuffle=False),
                                       collate_fn=dict(type='fast_collate'))
     kwargs['param_scheduler'] = None
-    Runner(**kwargs).train()
-    assert dataset.dataset.pad_size_divisor == 96
+    runner = Runner(**kwargs)
+    runner.train()
+    # The Runner's copy of the dataset, under its wrappers.
+    inner, = wrapped_datasets(runner.train_dataloader.dataset)
+    assert isinstance(inner, LazyCocoDataset) and inner.pad_size_divisor == 96
     # The toy images are 320x240: 100x133 at this scale, 192x192 padded to 96 (fast_collate
     # alone would send 100x133; the preprocessor would pad that batch once more).
     assert seen.shapes and all(shape[2:] == (192, 192) and set(sizes) == {(100, 133)}

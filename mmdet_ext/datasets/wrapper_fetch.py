@@ -19,7 +19,6 @@ from typing import Any, Optional
 
 from mmengine.dataset import ClassBalancedDataset, ConcatDataset, RepeatDataset
 from mmengine.logging import print_log
-from torch.utils.data import Dataset
 
 from .seeded_rngs import load_seeded
 
@@ -50,8 +49,10 @@ def wrapped_datasets(dataset: Any) -> Iterator[Any]:
     if isinstance(dataset, ConcatDataset):
         for part in dataset.datasets:
             yield from wrapped_datasets(part)
-    elif isinstance(getattr(dataset, 'dataset', None), Dataset):
-        yield from wrapped_datasets(dataset.dataset)
+        return
+    inner = getattr(dataset, 'dataset', None)  # mmengine's wrappers are not torch Datasets
+    if inner is not None and inner is not dataset:
+        yield from wrapped_datasets(inner)
     else:
         yield dataset
 
