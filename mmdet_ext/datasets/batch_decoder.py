@@ -171,9 +171,9 @@ class SlotDecoder(BatchDecoder):
         if pending.encoded is None:  # plan decoded and warped it
             self.batch[position, :, :height, :width].copy_(pending.decoded)
             return
-        out_h, out_w, direction = pending.warp
-        self._submit(index, pending, offset, warp=[out_h, out_w, FLIP_CODES[direction]],
-                     interpolation=INTERPOLATIONS[self.loader.resize.interpolation],
+        warp = pending.warp
+        self._submit(index, pending, offset, warp=[warp.out_h, warp.out_w, FLIP_CODES[warp.flip]],
+                     interpolation=INTERPOLATIONS[warp.interpolation],
                      slot_hw=list(self.batch.shape[2:]))
 
     def views(self) -> list[torch.Tensor]:

@@ -46,21 +46,43 @@ PLANNED_CHANNELS = {'color': 3, 'color_ignore_orientation': 3, 'grayscale': 1,
                     'grayscale_ignore_orientation': 1}
 
 
+class Warp(NamedTuple):
+    """The resize and flip one decoded image takes: to (out_h, out_w) with ``interpolation``,
+    then flipped (``flip``: mmdet's direction, or None). The one record of them in Python: the
+    batched fetch's decode takes it (``PendingDecode.warp``), a deferred sample carries it as
+    ``record()`` (its ``pending_warp`` metainfo), and ``fast_collate`` makes the batch's
+    tensors from those."""
+    out_h: int
+    out_w: int
+    flip: Optional[str]
+    interpolation: str
+
+    def record(self) -> dict:
+        """The ``pending_warp`` metainfo of a deferred sample (picklable, mmengine's types)."""
+        return {'out_shape': (self.out_h, self.out_w), 'flip_direction': self.flip,
+                'interpolation': self.interpolation}
+
+    def apply(self, image: torch.Tensor) -> torch.Tensor:
+        """``image`` (HxWxC uint8) resized and flipped: CxHxW (``warp_image``)."""
+        return warp_image(image, (self.out_h, self.out_w), self.interpolation, self.flip)
+
+
 class PendingDecode(NamedTuple):
     """An image ``NativeLoadResizeFlip.plan`` left to decode: its bytes (None when ``plan``
     decoded it itself, into ``decoded``), the JPEG reduction, the (C, H, W) it decodes to and,
-    with ``pixels_on='worker'``, the resize and flip that follow, (out_h, out_w, direction)."""
+    resized in the worker (``defer=None``), the ``Warp`` that follows."""
     filename: str
     encoded: Optional[torch.Tensor]
     scale_denom: int
     shape: tuple[int, int, int]
     decoded: Optional[torch.Tensor] = None
-    warp: Optional[tuple[int, int, Optional[str]]] = None
+    warp: Optional[Warp] = None
 
     @property
     def out_shape(self) -> tuple[int, int, int]:
         """The (C, H, W) ``finish`` takes: as decoded, or after the warp."""
-        return self.shape if self.warp is None else (self.shape[0], *self.warp[:2])
+        return self.shape if self.warp is None else (self.shape[0], self.warp.out_h,
+                                                     self.warp.out_w)
 
 
 def plannable(header: Optional[ImageHeader], color_type: str, results: dict) -> bool:
@@ -282,14 +304,12 @@ class NativeLoadResizeFlip(BaseTransform):
             if self.ignore_empty:
                 return None
             raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
-        direction = self._apply(results, None, size, scale, out_size)
+        warp = self._apply(results, None, size, scale, out_size)
         if self.pixels_on == 'device':
             return PendingDecode(filename, encoded, denom, shape,
                                  None if image is None else image.permute(2, 0, 1))
-        out_w, out_h = out_size
-        decoded = None if image is None else warp_image(
-            image, (out_h, out_w), self.resize.interpolation, direction)
-        return PendingDecode(filename, encoded, denom, shape, decoded, (out_h, out_w, direction))
+        decoded = None if image is None else warp.apply(image)
+        return PendingDecode(filename, encoded, denom, shape, decoded, warp)
 
     def _plan_encoded(self, results: dict) -> Optional[PendingDecode]:
         """``plan`` with ``decode_on='device'``: nothing to decode here; the bytes are the
@@ -301,15 +321,12 @@ class NativeLoadResizeFlip(BaseTransform):
         return PendingDecode(results['img_path'], None, 1, shape, encoded.view(shape))
 
     @autocast_box_type()
-    def plan_geometry(self, results: dict) -> tuple[int, int, Optional[str]]:
+    def plan_geometry(self, results: dict) -> Warp:
         """``plan`` for an image of ``results['ori_shape']`` whose file was read elsewhere:
         every key but ``img`` (the resize to ``self.resize``'s scale, the flip drawn here, the
-        annotations resized and flipped). Returns the warp its pixels need,
-        (out_h, out_w, flip direction)."""
+        annotations resized and flipped). Returns the warp its pixels need."""
         height, width = results['ori_shape']
-        scale, (out_w, out_h) = self._target_size(width, height)
-        direction = self._apply(results, None, (width, height), scale, (out_w, out_h))
-        return out_h, out_w, direction
+        return self._apply(results, None, (width, height), *self._target_size(width, height))
 
     def finish(self, results: dict, image: torch.Tensor) -> dict:
         """``results`` of ``plan`` with its image (Tensor[C, H, W] uint8 of the shape ``plan``
@@ -323,9 +340,9 @@ class NativeLoadResizeFlip(BaseTransform):
         return results
 
     def _apply(self, results: dict, image: Optional[torch.Tensor], size: tuple[int, int],
-               scale: tuple, out_size: tuple[int, int]) -> Optional[str]:
+               scale: tuple, out_size: tuple[int, int]) -> Warp:
         """Write every result key from the loaded image (an HxWxC tensor; None: only its
-        geometry, the pixels come later through ``finish``); returns the flip direction."""
+        geometry, the pixels come later through ``finish``); returns the image's warp."""
         width, height = size
         out_w, out_h = out_size
         filename = results['img_path']
@@ -336,13 +353,12 @@ class NativeLoadResizeFlip(BaseTransform):
                 f'{masks.width}x{masks.height} (the annotation file declares another image size; '
                 'tools/validate_coco.py lists such images)')
         direction = choose_flip_direction(self.flip) if self.flip is not None else None
+        warp = Warp(out_h, out_w, direction, self.resize.interpolation)
         if self.pixels_on == 'device' or image is None:
             # A zero-stride stand-in of the output's size: mmdet's flip code reads img's shape.
             results['img'] = np.broadcast_to(np.zeros((), np.uint8), (out_h, out_w))
         else:
-            self._set_warped_image(results, warp_image(image, (out_h, out_w),
-                                                       self.resize.interpolation,
-                                                       direction).numpy())
+            self._set_warped_image(results, warp.apply(image).numpy())
         results['ori_shape'] = (height, width)
         results['img_shape'] = (out_h, out_w)
         results['scale'] = scale
@@ -358,9 +374,8 @@ class NativeLoadResizeFlip(BaseTransform):
         if self.pixels_on == 'device':
             if image is not None:
                 self._set_deferred_image(results, image.numpy())
-            results[PENDING_WARP_KEY] = {'out_shape': (out_h, out_w), 'flip_direction': direction,
-                                         'interpolation': self.resize.interpolation}
-        return direction
+            results[PENDING_WARP_KEY] = warp.record()
+        return warp
 
     def _set_warped_image(self, results: dict, planar: np.ndarray) -> None:
         """``img`` of a sample resized here, from its CxHxW pixels: an HWC view of them. Why:

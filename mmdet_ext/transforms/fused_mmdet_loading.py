@@ -20,7 +20,6 @@ from mmcv.transforms import RandomChoiceResize, RandomResize
 from mmdet.datasets.transforms import LoadAnnotations, RandomFlip, Resize
 
 from .._compat import draw_resize_scale
-from ..ops import warp_image
 from .fused_loading import PLANNED_CHANNELS, NativeLoadResizeFlip, PendingDecode, plannable
 from .lazy_annotations import LoadLazyAnnotations
 from .loading import ImageLoadError, NativeLoadImageFromFile, decode_file_bytes, read_image_bytes
@@ -108,7 +107,7 @@ class MmdetLoadingPlan:
         if scale_idx is not None:
             results['scale_idx'] = scale_idx
         if decoded is not None:
-            decoded = warp_image(decoded, warp[:2], self.resize.interpolation, warp[2])
+            decoded = warp.apply(decoded)
         return PendingDecode(filename, encoded, 1, (channels, height, width), decoded, warp)
 
     def finish(self, results: dict, image: torch.Tensor) -> dict:
