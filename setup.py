@@ -40,9 +40,10 @@ CSRC = ROOT / 'csrc'
 OPENCV_MODULES = ('opencv_core', 'opencv_imgproc', 'opencv_imgcodecs')
 APT_PACKAGES = {'opencv4': 'libopencv-dev', 'libjpeg': 'libjpeg62-turbo-dev',
                 'RapidJSON': 'rapidjson-dev'}
-# Sources that need optional libraries: compiled only when all of theirs were found. The files that
-# register the ops built on them (io/decode_image.cpp, transforms/warp_image.cpp) register a kernel
-# that raises instead (csrc/optional_libraries.h); the macros below tell them which.
+# Sources that need optional libraries: compiled only when all of theirs were found. The kernels of
+# the ops built on them (io/cpu/decode_image_kernel.cpp, io/cpu/decode_images_into_kernel.cpp,
+# transforms/cpu/warp_image_kernel.cpp) register one that raises instead
+# (csrc/optional_libraries.h); the macros below tell them which.
 SOURCES_NEEDING = {
     'csrc/io/image_decoder.cpp': ('opencv4', 'libjpeg'),
     'csrc/io/jpeg_decoder.cpp': ('opencv4', 'libjpeg'),
@@ -223,6 +224,10 @@ def make_extension():
     if moved:
         sys.exit(f'setup.py: SOURCES_NEEDING names {moved}, which are gone; update it')
     sources = [s for s in sources if set(SOURCES_NEEDING.get(s, ())) <= libraries.keys()]
+    # A cuda/ folder holds what is built for CUDA only: device code (.cu, nvcc) and host code that
+    # calls a CUDA library (.cpp, e.g. io/cuda/nvjpeg_decode.cpp), as in torchvision's csrc/.
+    if not with_cuda:
+        sources = [s for s in sources if '/cuda/' not in s]
     cpp_sources = [s for s in sources if s.endswith('.cpp')]
     cuda_sources = [s for s in sources if s.endswith('.cu')]
     macros = [(SWITCHES[package], None) for package in libraries]

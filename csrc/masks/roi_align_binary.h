@@ -1,8 +1,8 @@
 // mmdet's BitmapMasks.crop_and_resize of one box, device-neutral: mmcv's roi_align
 // (aligned=True, sampling_ratio=0, 'avg', spatial_scale=1) on a 0/1 mask, then >= 0.5, following
 // mmcv's CPU ROIAlignForward line by line in type T (the boxes' dtype, which mmdet also uses for
-// the mask), so the CPU kernel (cpu/rle_kernels.cpp) and the CUDA kernel (cuda/rle_kernels.cu)
-// round exactly alike.
+// the mask), so the CPU kernel (cpu/rle_crop_and_resize_kernel.cpp) and the CUDA one
+// (cuda/rle_decode_kernels.cu) round exactly alike.
 #pragma once
 
 #include <cmath>

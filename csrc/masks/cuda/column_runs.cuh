@@ -1,7 +1,7 @@
 // COCO RLEs of N masks made on a GPU without writing the masks: each thread walks one column of
 // one mask, top to bottom, and records where the column-major pixel sequence flips between
 // background and foreground; the run lengths are the distances between flips. Used by
-// rle_encode_batch (pixels read from uint8 masks, rle_kernels.cu) and paste_masks_to_rle
+// rle_encode_batch (pixels read from uint8 masks, rle_encode_kernels.cu) and paste_masks_to_rle
 // (pixels computed from the predicted masks, paste_mask_kernels.cu).
 //
 // A Source has int64_t members `height` and `width` and

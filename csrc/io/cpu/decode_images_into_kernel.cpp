@@ -22,8 +22,8 @@
 
 #include <opencv2/core.hpp>
 
-#include "image_decoder.h"
-#include "io/decode_one_planar.h"
+#include "../image_decoder.h"
+#include "../decode_one_planar.h"
 #include "transforms/warp_planar.h"
 #else
 #include "optional_libraries.h"

@@ -9,7 +9,7 @@
 #ifdef MMDET_EXT_WITH_OPENCV
 #include <opencv2/core.hpp>
 
-#include "transforms/warp_planar.h"
+#include "../warp_planar.h"
 #else
 #include "optional_libraries.h"
 #endif

@@ -1,10 +1,10 @@
-// CUDA kernels of the RLE mask ops that run in the training step: decoding to full-size masks
-// (LazyInstanceMasks.to_tensor on a GPU) and the Mask R-CNN targets of crowd RLEs
-// (crop_and_resize); and encoding a batch of masks at test time, so that only their runs come
-// back to the host (column_runs.cuh). Bit-exact with the CPU kernels: decoding and encoding are
-// exact by construction, and the crop runs the device-neutral roi_align of
-// ../roi_align_binary.h. Arguments are checked on the host by the same code as on the CPU
-// (counts arrive as a short list of run lengths).
+// CUDA kernels of the RLE decode ops that run in the training step (CPU twins:
+// ../cpu/rle_decode_kernels.cpp, ../cpu/rle_crop_and_resize_kernel.cpp): decoding to full-size
+// masks (LazyInstanceMasks.to_tensor on a GPU) and the Mask R-CNN targets of crowd RLEs
+// (rle_crop_and_resize, which decodes its masks with the same kernel first, so it lives here).
+// Bit-exact with the CPU kernels: decoding is exact by construction, and the crop runs the
+// device-neutral roi_align of ../roi_align_binary.h. Arguments are checked on the host by the
+// same code as on the CPU (counts arrive as a short list of run lengths).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAStream.h>
@@ -15,7 +15,6 @@
 #include "../rle_codec.h"
 #include "../roi_align_binary.h"
 #include "../../cuda_launch.cuh"
-#include "column_runs.cuh"
 
 namespace mmdet_ext {
 namespace {
@@ -178,37 +177,9 @@ at::Tensor rle_crop_and_resize_cuda(const at::Tensor& counts, const at::Tensor& 
   return out;
 }
 
-// rle_encode_batch's masks as a column_runs Source: non-zero bytes are foreground.
-struct ByteColumn {
-  int64_t begin, end;
-  const uint8_t* top;
-  int64_t stride;
-  __device__ bool operator()(int64_t y) const { return top[y * stride] != 0; }
-};
-
-struct ByteMasks {
-  const uint8_t* data;
-  int64_t height, width;
-  __device__ ByteColumn column(int64_t mask, int64_t x) const {
-    return {0, height, data + mask * height * width + x, width};
-  }
-};
-
-std::tuple<at::Tensor, at::Tensor> rle_encode_batch_cuda(const at::Tensor& masks) {
-  constexpr const char* op = "rle_encode_batch";
-  TORCH_CHECK(masks.is_cuda(), op, ": expected the masks on a CUDA device, got ", masks.device());
-  masks::check_mask_batch(op, masks);
-  const c10::cuda::CUDAGuard guard(masks.device());
-  const at::Tensor rows = masks.contiguous();
-  const ByteMasks source{static_cast<const uint8_t*>(rows.const_data_ptr()), rows.size(1),
-                         rows.size(2)};
-  return cuda::column_runs(source, rows.size(0), masks.device());
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(mmdet_ext, CUDA, m) {
-  m.impl("rle_encode_batch", &rle_encode_batch_cuda);
   m.impl("rle_decode", &rle_decode_cuda);
   m.impl("rle_decode_batch", &rle_decode_batch_cuda);
   m.impl("rle_decode_batch_into", &rle_decode_batch_into_cuda);

@@ -14,7 +14,7 @@
 
 #include <opencv2/core.hpp>
 
-#include "image_decoder.h"
+#include "../image_decoder.h"
 #else
 #include "optional_libraries.h"
 #endif
