@@ -27,8 +27,9 @@ hooks do to the train loader before the first batch, called directly rather than
 (no model is built): ``WorkerDefaultsHook(...).apply(loader)`` with the config's own hook settings;
 the model preprocessor's ``pad_size_divisor`` on every wrapped dataset that has that attribute (what
 ``WorkerDefaultsHook.before_run`` does in trees after issue 50's divisor change; a getattr check, so
-older trees are measured as they are); and ``ExactResumeHook``'s ``install_resumable_loading(loader,
-seed=0, rank=0)``.
+older trees are measured as they are); ``HangWatchdogHook``'s worker stack dumps
+(``install_worker_stack_dumps``: a ``worker_init_fn`` wrapper); and ``ExactResumeHook``'s
+``install_resumable_loading(loader, seed=0, rank=0)``.
 
 Data: ``benchmarks/batched_fetch.make_dataset``: 640x480 quality-90 JPEGs cut from real
 photographs (``benchmarks/photos.py``) with COCO-like instances (~7.3 an image, polygons, 1% crowd
@@ -53,6 +54,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -137,23 +139,31 @@ def _datasets(dataset) -> list:
     return found
 
 
-def prepare_adopted(loader, cfg) -> list[str]:
-    """What the adopted runtime's hooks do to the train loader before training (module doc).
-    Returns what was done, for the report."""
+def prepare_adopted(loader, cfg, work_dir: str) -> list[str]:
+    """What the adopted runtime's hooks do to the train loader before training (module doc), in
+    the Runner's hook order; ``work_dir`` stands for the Runner's. Returns what was done."""
     from mmdet_ext.datasets.sample_seeds import install_resumable_loading
     from mmdet_ext.engine.hooks import WorkerDefaultsHook
     done = []
-    hooks = [dict(h) for h in cfg.get('custom_hooks', []) if h['type'] == 'WorkerDefaultsHook']
-    if hooks:
-        settings = {k: v for k, v in hooks[0].items() if k != 'type'}
-        WorkerDefaultsHook(**settings).apply(loader)
-        done.append(f'WorkerDefaultsHook({settings}).apply')
+    hooks = {h['type']: {k: v for k, v in h.items() if k != 'type'}
+             for h in cfg.get('custom_hooks', [])}
+    if 'WorkerDefaultsHook' in hooks:  # before_run, priority VERY_HIGH
+        WorkerDefaultsHook(**hooks['WorkerDefaultsHook']).apply(loader)
+        done.append(f'WorkerDefaultsHook({hooks["WorkerDefaultsHook"]}).apply')
     divisor = cfg.model.get('data_preprocessor', {}).get('pad_size_divisor', 1)
     for dataset in _datasets(loader.dataset):
         if hasattr(dataset, 'pad_size_divisor'):
             dataset.pad_size_divisor = divisor
             done.append(f'{type(dataset).__name__}.pad_size_divisor={divisor}')
-    install_resumable_loading(loader, seed=0, rank=0)
+    if 'HangWatchdogHook' in hooks:  # before_run, priority LOWEST: wraps worker_init_fn
+        try:
+            from mmdet_ext.engine.hooks.hang_watchdog_hook import install_worker_stack_dumps
+        except ImportError:
+            pass
+        else:
+            install_worker_stack_dumps(loader, work_dir)
+            done.append('install_worker_stack_dumps')
+    install_resumable_loading(loader, seed=0, rank=0)  # ExactResumeHook.before_train
     done.append('install_resumable_loading')
     return done
 
@@ -172,8 +182,9 @@ def measure_config(path: str, adopted: bool, passes: int) -> dict:
     cfg = Config.fromfile(path)
     set_multi_processing(**cfg.get('env_cfg', {}).get('mp_cfg', {}), distributed=False)
     loader = Runner.build_dataloader(cfg.train_dataloader, seed=0)
+    work_dir = tempfile.mkdtemp(prefix='zoo_configs_')
     try:
-        done = prepare_adopted(loader, cfg) if adopted else []
+        done = prepare_adopted(loader, cfg, work_dir) if adopted else []
         rate, cpu = measure(loader, passes)
         epoch = sum(1 for _ in loader.batch_sampler) if loader.batch_sampler else len(loader)
         return dict(rate=rate, cpu=cpu, dataset=type(loader.dataset).__name__,
@@ -182,6 +193,7 @@ def measure_config(path: str, adopted: bool, passes: int) -> dict:
                     workers=loader.num_workers, prepared=done)
     finally:
         shut_down(loader)
+        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def child(cores: str, stock: bool) -> None:
@@ -261,10 +273,32 @@ def git_state(path: Path) -> str:
     return f'{commit}' + (f' + {changed} uncommitted tracked files' if changed else '')
 
 
+def code_identity(path: Path) -> str:
+    """The git tree ids of the checkout's mmdet_ext/ and csrc/ at HEAD, and 'dirty' where a
+    tracked file there has uncommitted changes: equal identities, the same plugin code."""
+    def git(*args):
+        return subprocess.run(['git', '-C', str(path), *args], capture_output=True,
+                              text=True).stdout.strip()
+    ids = [git('rev-parse', f'HEAD:{folder}')[:10] or '?' for folder in ('mmdet_ext', 'csrc')]
+    dirty = git('status', '--porcelain', '--untracked-files=no', '--', 'mmdet_ext', 'csrc')
+    return '/'.join(ids) + (' dirty' if dirty else '')
+
+
 def cell(result: dict) -> str:
     if 'error' in result:
         return 'error: ' + result['error'].replace('|', '\\|')
     return f'{result["rate"]:.1f} ({1000 * result["cpu"]:.0f})'
+
+
+def same_code(trees: dict) -> str:
+    identities = {name: code_identity(path) for name, path in trees.items()}
+    if len(trees) > 1 and len(set(identities.values())) == 1 and 'dirty' not in next(
+            iter(identities.values())) and '?' not in next(iter(identities.values())):
+        return (' Every tree holds the same `mmdet_ext/` and `csrc/` (git trees '
+                f'{next(iter(identities.values()))}): their adopted cells differ by this run\'s '
+                'noise alone.')
+    return ' `mmdet_ext/`/`csrc/` git trees: ' + '; '.join(
+        f'{name} {identity}' for name, identity in identities.items()) + '.'
 
 
 def report(args, trees, results, infos, loads, wall, command) -> list[str]:
@@ -284,7 +318,7 @@ def report(args, trees, results, infos, loads, wall, command) -> list[str]:
         'checkout): ' + '; '.join(
             f'**{name}** = `{path}` at {git_state(path)} (mmdet_ext '
             f'{infos[name].get("mmdet_ext")} from `{infos[name].get("mmdet_ext_path")}`)'
-            for name, path in trees.items()) + '.', '',
+            for name, path in trees.items()) + '.' + same_code(trees), '',
         f'Data: {args.images} real photographs (benchmarks/photos.py) as {WIDTH}x{HEIGHT} '
         'quality-90 JPEGs with COCO-like instances (batched_fetch.make_dataset). Each config is '
         'the zoo file (`mmdet::`) with only `data_root`/`ann_file`/`data_prefix` pointed at the '
@@ -294,8 +328,12 @@ def report(args, trees, results, infos, loads, wall, command) -> list[str]:
         "Runner's `set_multi_processing`); the adopted variant then gets what its runtime hooks "
         'do to the train loader before training, called directly, not through a Runner: '
         '`WorkerDefaultsHook.apply` (the config\'s settings), the preprocessor\'s '
-        '`pad_size_divisor` on datasets that have that attribute, and `install_resumable_loading'
-        '(loader, seed=0, rank=0)` (ExactResumeHook). Best of '
+        '`pad_size_divisor` on datasets that have that attribute, HangWatchdogHook\'s worker '
+        'stack dumps (`install_worker_stack_dumps`, its `worker_init_fn` wrapper), and '
+        '`install_resumable_loading(loader, seed=0, rank=0)` (ExactResumeHook). A real Runner '
+        '(`Runner.from_cfg` + the hooks\' `before_run`/`before_train`) gives the Mask R-CNN 1x '
+        'loader the same dataset, batch sampler, collate, workers, timeout and worker_init_fn '
+        'chain (checked by hand when this script was written). Best of '
         f'{args.rounds} interleaved rounds of one warm-up pass + {args.passes} timed passes.', '',
         'Cells: samples/s (CPU ms per sample: user + system of the iterating process and its '
         'DataLoader workers over the timed passes, divided by the samples).', '',
