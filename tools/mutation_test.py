@@ -15,8 +15,8 @@ suspicious and the diff of each survivor; the report of a run is ``benchmarks/re
 Why a fork server: importing torch + mmdet takes 15-40 s on the shared 2-core machine, more than
 the tests themselves, and mutmut runs the tests once per mutant. ``--serve`` imports them once;
 for each mutant the runner (``--client``) asks it to fork a child, which imports ``mmdet_ext``
-afresh (so it sees the mutated file; bytecode is never written) and runs ``pytest.main``. Its exit
-code is the runner's. A runner that mutmut kills for a timeout ends the child's process group.
+afresh (so it sees the mutated file; bytecode is never written) and runs ``pytest.main``. The
+runner exits 1 when pytest did not exit 0 (mutmut 2 counts only exit code 1 as killed). A runner that mutmut kills for a timeout ends the child's process group.
 """
 import json
 import os
@@ -105,7 +105,9 @@ def client(path: str, args: list) -> int:
     conn.connect(path)
     conn.sendall((json.dumps({'args': PYTEST_ARGS + args}) + '\n').encode())
     reply = conn.makefile().readline()
-    return int(reply) if reply else 1
+    # mutmut 2 counts a mutant killed only on exit code 1 (tests_pass: `returncode != 1`); a
+    # collection error (pytest's 2) or a mutant that cannot be imported fails the tests too.
+    return 1 if not reply or int(reply) != 0 else 0
 
 
 def copy_tree(dest: str) -> None:
@@ -150,7 +152,7 @@ def main(words: list) -> int:
     sock = os.path.join(work, '.mutation.sock')
     env = dict(os.environ, PYTHONPATH=work, PYTHONDONTWRITEBYTECODE='1')
     log = open(os.path.join(work, 'server.log'), 'w')
-    server = subprocess.Popen([sys.executable, os.path.abspath(__file__), '--serve', sock],
+    server = subprocess.Popen([sys.executable, 'tools/mutation_test.py', '--serve', sock],
                               cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         while not os.path.exists(sock):
@@ -162,7 +164,7 @@ def main(words: list) -> int:
             cache = os.path.join(work, '.mutmut-cache')
             if os.path.exists(cache):
                 os.remove(cache)
-            runner = f'{sys.executable} {os.path.abspath(__file__)} --client {sock} ' + \
+            runner = f'{sys.executable} tools/mutation_test.py --client {sock} ' + \
                 ' '.join(tests)
             start = time.monotonic()
             run = subprocess.run(['mutmut', 'run', '--paths-to-mutate', module, '--tests-dir',
@@ -183,8 +185,9 @@ def main(words: list) -> int:
             print(f'\n## {module}: {total} mutants, {counts}, {took:.0f} s; tests: {tests}')
             for status in ('Survived', 'Timed out', 'Suspicious'):
                 for ident in results.get(status, []):
-                    diff = subprocess.run(['mutmut', 'show', str(ident)], cwd=work, env=env,
-                                          capture_output=True, text=True).stdout
+                    shown = subprocess.run(['mutmut', 'show', str(ident)], cwd=work, env=env,
+                                           capture_output=True, text=True)
+                    diff = shown.stdout + shown.stderr
                     print(f'### {status} {ident}\n{diff}')
         print('\n## summary')
         for module, total, counts, took in summary:
