@@ -21,6 +21,7 @@ runner exits 1 when pytest did not exit 0 (mutmut 2 counts only exit code 1 as k
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -166,8 +167,8 @@ def main(words: list) -> int:
             cache = os.path.join(work, '.mutmut-cache')
             if os.path.exists(cache):
                 os.remove(cache)
-            runner = f'{sys.executable} tools/mutation_test.py --client {sock} ' + \
-                ' '.join(tests)
+            runner = shlex.join([sys.executable, 'tools/mutation_test.py', '--client', sock,
+                                 *tests])
             start = time.monotonic()
             run = subprocess.run(['mutmut', 'run', '--paths-to-mutate', module, '--tests-dir',
                                   'tests', '--runner', runner, '--simple-output',
