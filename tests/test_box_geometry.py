@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 import torch
+from mmcv.transforms import RandomFlip
 from mmdet.datasets.transforms import Resize
 from mmdet.structures.bbox import HorizontalBoxes
 
@@ -11,7 +12,9 @@ from mmdet_ext.transforms.box_geometry import (FLIP_DIRECTIONS, fast_boxes, flip
 # Scale factors as Resize computes them (out / in, python floats) and awkward ones.
 SCALE_FACTORS = [(1067 / 640, 800 / 480), (1333 / 2560, 800 / 1920), (0.5, 2.0), (1.0, 1.0),
                  (1 / 3, 7 / 9), (1e-3, 123.456)]
-IMG_SHAPES = [(800, 1067), (800, 1333), (1, 1), (480, 640)]
+# (0, 0): a bound of zero, where only -0.0 tells torch's clamp (keeps it) from one that sets
+# values >= the bound (turns it into 0.0).
+IMG_SHAPES = [(800, 1067), (800, 1333), (1, 1), (480, 640), (0, 0)]
 
 
 def _boxes(seed: int, count: int = 37) -> torch.Tensor:
@@ -115,3 +118,13 @@ def test_a_resize_that_resizes_boxes_its_own_way_keeps_it() -> None:
     assert resizes_boxes_as_mmdet(Resize(scale=(10, 10)))
     assert resizes_boxes_as_mmdet(_PlainResize(scale=(10, 10)))
     assert not resizes_boxes_as_mmdet(_OwnBoxResize(scale=(10, 10)))
+
+
+def test_the_fast_flip_directions_are_every_direction_mmdet_flips() -> None:
+    """``FLIP_DIRECTIONS`` (the directions ``NativeLoadResizeFlip`` flips in numpy, and those the
+    bit tests above are parametrised with) is the set RandomFlip accepts, in RandomFlip's order."""
+    valid = ['horizontal', 'vertical', 'diagonal']
+    RandomFlip(prob=[0.1] * 3, direction=valid)  # mmcv asserts each is a valid direction
+    with pytest.raises(AssertionError):
+        RandomFlip(prob=0.5, direction='sideways')
+    assert list(FLIP_DIRECTIONS) == valid
