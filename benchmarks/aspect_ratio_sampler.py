@@ -98,7 +98,8 @@ def report(best: dict, args: argparse.Namespace, num_images: int, num_anns: int,
               '',
               "mmdet's sampler builds each sample's `data_info` (its instances' boxes and "
               'polygons included) to read `width` and `height`; ours reads the two columns of '
-              'the store for every sample in one call per epoch. A DataLoader draws its batches in the '
+              'the store for every sample in one call per epoch. A DataLoader draws its batches '
+              'in the '
               'main process whatever `num_workers` is: this time is spent there every epoch, '
               'between batches.', '']
     return '\n'.join(lines)

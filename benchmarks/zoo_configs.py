@@ -1,4 +1,4 @@
-"""The user's path: mmdet 3.3's own zoo configs, stock vs ``adopt(globals())``, DataLoader throughput.
+"""The user's path: mmdet 3.3's zoo configs, stock vs ``adopt(globals())``, DataLoader throughput.
 
 Issue 50's "Measure": what a user gets who takes mmdet's zoo config and adds the two adopt lines.
 Rows (read with ``mmdet::``, at the zoo's real sizes: nothing is shrunk):
@@ -170,7 +170,8 @@ def prepare_adopted(loader, cfg, work_dir: str) -> list[str]:
 
 def _collate_name(collate) -> str:
     func = getattr(collate, 'func', collate)
-    keywords = ', '.join(f'{k}={v!r}' for k, v in (getattr(collate, 'keywords', None) or {}).items())
+    given = getattr(collate, 'keywords', None) or {}
+    keywords = ', '.join(f'{k}={v!r}' for k, v in given.items())
     return f'{getattr(func, "__name__", type(func).__name__)}({keywords})'
 
 
@@ -241,7 +242,8 @@ class Child:
     def __init__(self, pythonpath: Path, cores: str, stock: bool) -> None:
         env = dict(os.environ, PYTHONPATH=str(pythonpath), OMP_NUM_THREADS='1')
         self.process = subprocess.Popen(
-            [sys.executable, __file__, '--child', '--cores', cores] + ['--stock'] * stock, stdin=subprocess.PIPE,
+            [sys.executable, __file__, '--child', '--cores', cores] + ['--stock'] * stock,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True, env=env, cwd=tempfile.gettempdir())
         self.info = self._answer()
 

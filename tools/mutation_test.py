@@ -16,7 +16,8 @@ Why a fork server: importing torch + mmdet takes 15-40 s on the shared 2-core ma
 the tests themselves, and mutmut runs the tests once per mutant. ``--serve`` imports them once;
 for each mutant the runner (``--client``) asks it to fork a child, which imports ``mmdet_ext``
 afresh (so it sees the mutated file; bytecode is never written) and runs ``pytest.main``. The
-runner exits 1 when pytest did not exit 0 (mutmut 2 counts only exit code 1 as killed). A runner that mutmut kills for a timeout ends the child's process group.
+runner exits 1 when pytest did not exit 0 (mutmut 2 counts only exit code 1 as killed). A
+runner that mutmut kills for a timeout ends the child's process group.
 """
 import json
 import os
@@ -136,7 +137,8 @@ def parse_results(text: str) -> dict:
     """``mutmut results`` -> {status: [ids]}."""
     out, status = {}, None
     for line in text.splitlines():
-        head = re.match(r'^(Killed|Survived|Timed out|Suspicious|Skipped|Untested).*\((\d+)\)', line)
+        head = re.match(r'^(Killed|Survived|Timed out|Suspicious|Skipped|Untested).*\((\d+)\)',
+                        line)
         if head:
             status = head.group(1)
             out.setdefault(status, [])
