@@ -289,8 +289,11 @@ class LazyCocoDataset(BaseDetDataset):
         """Whether this dataset's instances are exactly the store's rows as ``coco_records``
         keeps them (no override of ``_INSTANCE_MAKERS``): the batched fetch may then read the
         columns."""
-        return all(getattr(type(self), name) is getattr(LazyCocoDataset, name)
-                   for name in self._INSTANCE_MAKERS)
+        return self._keeps_own(self._INSTANCE_MAKERS)
+
+    def _keeps_own(self, names: Sequence[str]) -> bool:
+        """Whether this dataset's class overrides none of ``names`` (this class's methods)."""
+        return all(getattr(type(self), name) is getattr(LazyCocoDataset, name) for name in names)
 
     def store_rows(self, indices: Sequence[int]) -> np.ndarray:
         """The store rows (images) of samples ``indices`` (each >= 0)."""
@@ -350,8 +353,7 @@ class LazyCocoDataset(BaseDetDataset):
         """(widths, heights) of samples ``indices``, as ``get_data_info`` gives them, read from
         the store in one call (``FastAspectRatioBatchSampler``); None in a subclass that makes
         its own ``get_data_info``, whose sizes may not be the store's."""
-        if any(getattr(type(self), name) is not getattr(LazyCocoDataset, name)
-               for name in ('get_data_info', '_data_info')):
+        if not self._keeps_own(('get_data_info', '_data_info')):
             return None
         rows = self.store_rows(indices)  # full_init first: the store opens there
         height_width = self.store['image_hw'][rows]
