@@ -19,6 +19,11 @@ Layout under the dataset root::
 Categories (ids 1-4): circle, rectangle, triangle, ring; each has its own hue range. Crowd RLE
 is compressed in train and uncompressed in val, so readers see both forms.
 
+Unless a size is given, images cycle through ``IMAGE_KINDS`` by index, so any 6 consecutive
+images hold each branch the data path takes on image geometry and filtering: landscape,
+portrait, square and wide images (aspect-ratio grouping), one image without objects
+(``filter_empty_gt``) and one whose short side is under mmdet's usual ``min_size=32``.
+
 Each image is built in three steps so that annotations are exact:
 
 1. shapes (and sometimes one crowd cluster of dots) are rasterised in order into an int32 label map
@@ -50,6 +55,15 @@ SIZE_RANGE = (20.0, 110.0)  # px; shape diameter / long side
 CROWD_PROBABILITY = 0.25
 BAR_PROBABILITY = 0.4
 JPEG_QUALITY = 90
+# (width, height, has objects) of image i is IMAGE_KINDS[i % 6] when make_toy_coco gets no size.
+IMAGE_KINDS = (
+    (320, 240, True),  # landscape
+    (240, 320, True),  # portrait
+    (288, 288, True),  # square
+    (384, 216, True),  # wide
+    (320, 240, False),  # no objects: no annotations
+    (56, 28, True),  # short side 28: under min_size=32
+)
 # Written into "info"; a literal, not __name__, so the json does not depend on the import path.
 GENERATOR = "mmdet_ext.toy_data"
 
@@ -215,20 +229,23 @@ def _paint(
 
 
 def _render_image(
-    rng: np.random.Generator, height: int, width: int
+    rng: np.random.Generator, height: int, width: int, with_objects: bool = True
 ) -> tuple[np.ndarray, np.ndarray, list[_Item]]:
     """Draw one image.
 
     Returns:
         image: (H, W, 3) uint8 BGR.
         label_map: (H, W) int32, 0 = background, k = items[k - 1]; regions of dropped items are 0.
-        items: the drawn objects in drawing order (2-6 shapes, sometimes one crowd cluster).
+        items: the drawn objects in drawing order (2-6 shapes, sometimes one crowd cluster; none
+            without objects).
     """
     background = _background(rng, height, width)
+    label_map = np.zeros((height, width), np.int32)
+    if not with_objects:
+        return _paint(rng, background, label_map, []), label_map, []
     items = [_random_shape(rng, height, width) for _ in range(int(rng.integers(2, 7)))]
     if rng.random() < CROWD_PROBABILITY:
         items.insert(int(rng.integers(0, len(items) + 1)), _random_crowd(rng, height, width))
-    label_map = np.zeros((height, width), np.int32)
     for k, item in enumerate(items, start=1):
         label_map[item.mask > 0] = k
     if rng.random() < BAR_PROBABILITY:
@@ -399,7 +416,12 @@ def _split_summary(annotations: list[dict], num_images: int) -> dict:
 
 
 def _write_split(
-    root: Path, split: str, split_index: int, num_images: int, seed: int, width: int, height: int
+    root: Path,
+    split: str,
+    split_index: int,
+    num_images: int,
+    seed: int,
+    size: tuple[int, int] | None,
 ) -> dict:
     """Write one split's images, PNG masks and both json variants; returns its summary."""
     (root / split).mkdir(parents=True, exist_ok=True)
@@ -407,7 +429,10 @@ def _write_split(
     images, annotations, png_annotations = [], [], []
     for image_index in range(num_images):
         rng = np.random.default_rng([seed, split_index, image_index])
-        image, label_map, items = _render_image(rng, height, width)
+        width, height, with_objects = (
+            IMAGE_KINDS[image_index % len(IMAGE_KINDS)] if size is None else (*size, True)
+        )
+        image, label_map, items = _render_image(rng, height, width, with_objects)
         image_id = image_index + 1
         file_name = f"{image_index:06d}.jpg"
         cv2.imwrite(str(root / split / file_name), image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
@@ -453,8 +478,8 @@ def make_toy_coco(
     num_train: int = 96,
     num_val: int = 24,
     seed: int = 0,
-    width: int = 320,
-    height: int = 240,
+    width: int | None = None,
+    height: int | None = None,
 ) -> dict:
     """Generate the toy COCO dataset under out_dir (layout in the module docstring).
 
@@ -465,15 +490,18 @@ def make_toy_coco(
         out_dir: dataset root; created if missing, existing files are overwritten.
         num_train, num_val: number of images per split.
         seed: base seed.
-        width, height: image size in px.
+        width, height: every image's size in px; both None (default): ``IMAGE_KINDS``.
     Returns:
         {"root": str, "train": summary, "val": summary}; a summary holds the paths of the two
         json files ("json", "png_json") and the counts "images", "instances" (non-crowd),
         "crowd" and "per_category" (non-crowd instances by category name).
     """
+    if (width is None) != (height is None):
+        raise ValueError(f"give both width and height or neither, got {width=}, {height=}")
+    size = None if width is None else (width, height)
     root = Path(out_dir)
     counts = {"train": num_train, "val": num_val}
     summary = {"root": str(root)}
     for split_index, split in enumerate(SPLITS):
-        summary[split] = _write_split(root, split, split_index, counts[split], seed, width, height)
+        summary[split] = _write_split(root, split, split_index, counts[split], seed, size)
     return summary

@@ -19,7 +19,8 @@ from mmdet_ext.toy_data import make_toy_coco
 
 @pytest.fixture(scope='session')
 def toy_coco_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Root of a 8-train / 4-val toy COCO dataset (320x240 JPEGs)."""
+    """Root of a 8-train / 4-val toy COCO dataset (the mix of sizes and kinds of
+    ``mmdet_ext.toy_data.IMAGE_KINDS``)."""
     root = tmp_path_factory.mktemp('toy_coco')
     make_toy_coco(root, num_train=8, num_val=4, seed=0)
     return root

@@ -47,14 +47,14 @@ class KillOnImage:
 
 @pytest.fixture
 def bad_root(toy_coco_root: Path, tmp_path: Path) -> Path:
-    """Toy train split with image 2 truncated and image 5 zero bytes (validation off to reach
+    """Toy train split with image 2 truncated and image 4 zero bytes (validation off to reach
     the pipeline)."""
     root = tmp_path / 'bad'
     shutil.copytree(toy_coco_root / 'train', root / 'train')
     shutil.copytree(toy_coco_root / 'annotations', root / 'annotations')
     data = (root / 'train' / '000001.jpg').read_bytes()
     (root / 'train' / '000001.jpg').write_bytes(data[:len(data) // 3])
-    (root / 'train' / '000004.jpg').write_bytes(b'')
+    (root / 'train' / '000003.jpg').write_bytes(b'')
     return root
 
 
@@ -71,12 +71,12 @@ def test_raise_names_sample_image_file_and_cause(bad_root):
     with pytest.raises(BadSampleError, match=rf'cannot load sample 1 \(img_id=2, img_path={path}'
                                              r'\): ImageLoadError: .*truncated JPEG'):
         dataset[1]
-    with pytest.raises(BadSampleError, match=r'img_id=5.*empty'):
-        dataset[4]
+    with pytest.raises(BadSampleError, match=r'img_id=4.*empty'):
+        dataset[3]
 
 
 def test_skip_replaces_logs_once_and_records(bad_root, toy_coco_root, tmp_path):
-    shutil.copy(toy_coco_root / 'train' / '000004.jpg', bad_root / 'train' / '000004.jpg')
+    shutil.copy(toy_coco_root / 'train' / '000003.jpg', bad_root / 'train' / '000003.jpg')
     work_dir = tmp_path / 'work'
     dataset = _dataset(bad_root, on_bad_sample='skip', max_bad_fraction=1.0,
                        work_dir=str(work_dir))
@@ -119,10 +119,10 @@ def test_worker_loader_keeps_going_under_skip(bad_root, tmp_path):
     batches = list(loader)
     assert sum(len(b['inputs']) for b in batches) == len(loader.dataset)
     ids = {s.img_id for b in batches for s in b['data_samples']}
-    assert not ids & {2, 5}
+    assert not ids & {2, 4}
     recorded = {json.loads(line)['img_id'] for line in
                 (tmp_path / 'bad_samples.jsonl').read_text().splitlines()}
-    assert recorded == {2, 5}  # each unreadable image, none left out
+    assert recorded == {2, 4}  # each unreadable image, none left out
 
 
 def test_stuck_worker_times_out_instead_of_hanging(toy_coco_root):
@@ -191,4 +191,4 @@ def test_runner_training_keeps_going_under_skip(bad_root, toy_coco_root, tmp_pat
     assert (work_dir / 'epoch_2.pth').is_file()
     (records_file,) = work_dir.glob('*/bad_samples.jsonl')
     recorded = {json.loads(line)['img_id'] for line in records_file.read_text().splitlines()}
-    assert recorded == {2, 5}  # each unreadable image, none left out
+    assert recorded == {2, 4}  # each unreadable image, none left out

@@ -70,10 +70,11 @@ def test_same_dataset_as_coco_dataset(mixed_coco_root, split, name):
         assert_same_data_info(sample, expected)
 
 
-# What each filter must remove from mixed_coco_root's train split (conftest.MIXED_EXTRA_IMAGES):
-# 9 is 36x48 with a rectangle, 10 is 50x60 with a circle, 11 has no annotations.
-REMOVED = {'filter_empty_gt': {11}, 'filter_min_size': {9}, 'filter_both': {9, 10, 11},
-           'test_mode': set()}
+# What each filter must remove from mixed_coco_root's train split: the toy set's own image 5 has
+# no annotations and 6 is 56x28 (toy_data.IMAGE_KINDS); of conftest.MIXED_EXTRA_IMAGES, 9 is
+# 36x48 with a rectangle, 10 is 50x60 with a circle, 11 has no annotations.
+REMOVED = {'filter_empty_gt': {5, 11}, 'filter_min_size': {6, 9},
+           'filter_both': {5, 6, 9, 10, 11}, 'test_mode': set()}
 
 
 @pytest.mark.parametrize('name', [*REMOVED, 'class_subset'])

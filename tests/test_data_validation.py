@@ -98,34 +98,41 @@ def test_annotation_corpus(bad_root):
     """Each instance-level problem is reported with its ids and drops only that instance."""
     coco = _load(bad_root)
     anns = {ann['id']: ann for ann in coco['annotations']}
+    images = {image['id']: image for image in coco['images']}
+    # (h, w) of each annotation's image: the toy set's images differ in size.
+    h, w = {}, {}
+    for ann_id, ann in anns.items():
+        h[ann_id], w[ann_id] = images[ann['image_id']]['height'], images[ann['image_id']]['width']
     anns[1]['bbox'] = [float('nan'), 1.0, 2.0, 3.0]
     anns[2]['bbox'] = [10.0, 10.0, 0.0, 5.0]
-    anns[3]['bbox'] = [300.0, 200.0, 50.0, 50.0]
+    anns[3]['bbox'] = [w[3] - 20.0, h[3] - 40.0, 50.0, 50.0]
     anns[4]['segmentation'] = [[1.0, 1.0, 5.0, 5.0]]
     anns[5]['segmentation'] = [[1.0, 1.0, 5.0, 5.0, 9.0, 1.0, 3.0]]
     anns[7]['category_id'] = 99
-    anns[8]['segmentation'] = {'size': [240, 320], 'counts': [100, 5]}
+    anns[8]['segmentation'] = {'size': [h[8], w[8]], 'counts': [100, 5]}
     anns[9]['segmentation'] = mask_utils.encode(np.zeros((24, 32), dtype=np.uint8, order='F'))
     anns[9]['segmentation']['counts'] = anns[9]['segmentation']['counts'].decode()
     anns[10]['segmentation'] = {'size': [1 << 20, 1 << 20], 'counts': [1]}
     anns[11]['image_id'] = 999
     small = mask_utils.encode(np.ones((24, 32), dtype=np.uint8, order='F'))['counts'].decode()
-    anns[12]['segmentation'] = {'size': [240, 320], 'counts': small}
-    anns[13]['segmentation'] = {'size': [240, 320], 'counts': 'ab c'}
+    anns[12]['segmentation'] = {'size': [h[12], w[12]], 'counts': small}
+    anns[13]['segmentation'] = {'size': [h[13], w[13]], 'counts': 'ab c'}
     cleaned, report = validate_coco(coco, str(bad_root / 'train'))
     got = {p.ann_id: (p.kind, p.reason) for p in report.problems}
     expected = {
         1: ('bbox_invalid', 'not finite'), 2: ('bbox_invalid', 'non-positive'),
-        3: ('bbox_outside_image', 'outside the 240x320 image'),
+        3: ('bbox_outside_image', f'outside the {h[3]}x{w[3]} image'),
         4: ('polygon_invalid', 'fewer than 3'), 5: ('polygon_invalid', 'odd number'),
         7: ('unknown_category_id', 'category_id 99'),
-        8: ('rle_invalid', 'sum to 105, not h*w = 240*320'),
-        9: ('rle_size_mismatch', 'RLE size 24x32 differs from the image (240x320)'),
+        8: ('rle_invalid', f'sum to 105, not h*w = {h[8]}*{w[8]}'),
+        9: ('rle_size_mismatch', f'RLE size 24x32 differs from the image ({h[9]}x{w[9]})'),
         10: ('rle_invalid', 'more than max_pixels'),
         11: ('unknown_image_id', 'image_id 999'),
-        12: ('rle_invalid', 'the decoded runs sum to 768 but a 240x320 mask has 76800 pixels'),
+        12: ('rle_invalid', f'the decoded runs sum to 768 but a {h[12]}x{w[12]} mask has '
+                            f'{h[12] * w[12]} pixels'),
         13: ('rle_invalid', 'is not a COCO RLE character'),
     }
+    assert len({(h[ann_id], w[ann_id]) for ann_id in expected if ann_id != 11}) > 1
     assert sorted(got) == sorted(expected)
     for ann_id, (kind, reason) in expected.items():
         assert got[ann_id][0] == kind and reason in got[ann_id][1], (ann_id, got[ann_id])
@@ -143,7 +150,9 @@ def test_mask_file_corpus(bad_root):
     _, report = validate_coco(coco, str(bad_root / 'train'), str(bad_root))
     assert _kinds(report.problems) == [('mask_file_missing', first['image_id'], first['id']),
                                        ('mask_file_invalid', second['image_id'], second['id'])]
-    assert 'the mask is 24x32, the image 240x320' in report.problems[1].reason
+    image = next(image for image in coco['images'] if image['id'] == second['image_id'])
+    assert f"the mask is 24x32, the image {image['height']}x{image['width']}" in \
+        report.problems[1].reason
     assert report.dropped_instances == 2
 
 

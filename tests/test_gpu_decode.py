@@ -252,12 +252,13 @@ def _rotated_with_exif(path):
 def test_exif_rotated_photos_decode_upright(toy_coco_root, tmp_path):
     root = tmp_path / 'rotated'
     shutil.copytree(toy_coco_root, root)
+    upright = cv2.imread(str(root / 'train' / '000003.jpg')).shape  # 216x384: not square
     _rotated_with_exif(root / 'train' / '000003.jpg')
     for batched_fetch in (True, False):
         encoded = _dataset(root, 'device', batched_fetch=batched_fetch)
         samples = _batched(encoded) if batched_fetch else _samples(encoded)
         decoded = _samples(_dataset(root, 'worker'))
-        assert samples[3]['data_samples'].pending_warp['decoded_shape'] == (240, 320, 3)
+        assert samples[3]['data_samples'].pending_warp['decoded_shape'] == upright
         _assert_same_batches(FastDetDataPreprocessor(**PREPROCESSOR)(fast_collate(samples)),
                              FastDetDataPreprocessor(**PREPROCESSOR)(fast_collate(decoded)))
 

@@ -33,7 +33,7 @@ def _lvis_category(cat_id: int, name: str) -> dict:
 def lvis_root(tmp_path_factory):
     """``<root>/annotations/lvis_v1_train.json`` over ``<root>/train2017/*.jpg``."""
     root = tmp_path_factory.mktemp('toy_lvis')
-    make_toy_coco(root, num_train=6, num_val=1, seed=1)
+    make_toy_coco(root, num_train=6, num_val=1, seed=3)  # seed 3: a crowd region among them
     coco = json.loads((root / 'annotations' / 'instances_train.json').read_text())
     shutil.move(str(root / 'train'), str(root / 'train2017'))
     toy_to_lvis = {toy: lvis_id for toy, _, lvis_id in LVIS_CATS}
@@ -52,8 +52,9 @@ def lvis_root(tmp_path_factory):
     assert cv2.imwrite(str(root / 'train2017' / 'small.jpg'), small)
     images.insert(1, {'id': 5, 'height': 40, 'width': 56, 'coco_url': URL + 'train2017/small.jpg',
                       'neg_category_ids': [], 'not_exhaustive_category_ids': []})
-    images.append({'id': 3, 'height': image['height'], 'width': image['width'],
-                   'coco_url': URL + 'train2017/' + coco['images'][0]['file_name'],
+    first = coco['images'][0]
+    images.append({'id': 3, 'height': first['height'], 'width': first['width'],
+                   'coco_url': URL + 'train2017/' + first['file_name'],
                    'neg_category_ids': [], 'not_exhaustive_category_ids': [2]})
     image_id = {image['id']: image['id'] * 7 + 100 for image in coco['images']}
     annotations = []
@@ -125,13 +126,16 @@ def test_same_samples_as_mmdet_lvis_v1_dataset(lvis_root, kwargs):
 def test_filters_remove_what_they_should(lvis_root):
     unfiltered, _ = _pair(lvis_root, filter_cfg=None)
     ids = [unfiltered.get_data_info(i)['img_id'] for i in range(len(unfiltered))]
-    assert 5 in ids and 3 in ids  # the small image, the image without annotations
+    # Without annotations: 3, and the toy set's own image 5 (5 * 7 + 100); under min_size=48:
+    # the small image 5 (40x56), and the toy set's image 6 (56x28).
+    without_annotations, small_images = {3, 135}, {5, 142}
+    assert without_annotations | small_images <= set(ids)
     empty_gt, _ = _pair(lvis_root, filter_cfg=dict(filter_empty_gt=True))
     assert [empty_gt.get_data_info(i)['img_id'] for i in range(len(empty_gt))] == \
-        [i for i in ids if i != 3]
+        [i for i in ids if i not in without_annotations]
     small, _ = _pair(lvis_root, filter_cfg=dict(filter_empty_gt=False, min_size=48))
     assert [small.get_data_info(i)['img_id'] for i in range(len(small))] == \
-        [i for i in ids if i != 5]
+        [i for i in ids if i not in small_images]
     paths = {unfiltered.get_data_info(i)['img_path'] for i in range(len(unfiltered))}
     assert all('/train2017/' in p and 'no/such' not in p for p in paths)
 
@@ -231,7 +235,7 @@ def test_images_named_by_url_stay_regular_and_both_readers_agree(lvis_root, tmp_
 
 def test_batched_fetch_gives_the_per_sample_samples(lvis_root):
     """LazyLVISV1Dataset inherits the batched fetch (tests/test_batched_fetch.py): the same
-    samples, images of two sizes (the small one included) decoded in one call."""
+    samples, images of several sizes (the small one included) decoded in one call."""
     from mmdet.datasets.transforms import PackDetInputs
 
     from mmdet_ext import LoadLazyAnnotations, NativeLoadResizeFlip
@@ -253,7 +257,10 @@ def test_batched_fetch_gives_the_per_sample_samples(lvis_root):
     np.random.seed(5)
     expected = [reference[i] for i in indices]
     # Deferred: the inputs are the decoded images, the toy ones and the small one.
-    assert {tuple(s['inputs'].shape) for s in samples} == {(3, 240, 320), (3, 40, 56)}
+    assert {tuple(s['inputs'].shape) for s in samples} == \
+        {(3, image['height'], image['width']) for image in json.loads(
+            (lvis_root / 'annotations' / 'lvis_v1_train.json').read_text())['images']
+        } >= {(3, 240, 320), (3, 320, 240), (3, 40, 56)}
     assert len({s['inputs'].untyped_storage().data_ptr() for s in samples}) == 1
     for mine, ref in zip(samples, expected):
         assert torch.equal(mine['inputs'], ref['inputs'])

@@ -17,6 +17,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from mmdet_ext.toy_data import (  # noqa: E402
     CATEGORIES,
+    IMAGE_KINDS,
     SPLITS,
     compressed_rle,
     make_toy_coco,
@@ -24,7 +25,6 @@ from mmdet_ext.toy_data import (  # noqa: E402
     uncompressed_rle,
 )
 
-WIDTH, HEIGHT = 320, 240
 VARIANTS = ("", "_pngmasks")
 
 
@@ -55,7 +55,7 @@ def _has_enclosed_hole(mask: np.ndarray) -> bool:
 def toy_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A dataset large enough to hold every kind of annotation (40 train / 12 val images)."""
     root = tmp_path_factory.mktemp("toy_coco")
-    make_toy_coco(root, num_train=40, num_val=12, seed=0, width=WIDTH, height=HEIGHT)
+    make_toy_coco(root, num_train=40, num_val=12, seed=0)
     return root
 
 
@@ -105,8 +105,8 @@ def test_json_loads_and_images_decode(toy_root: Path, split: str, variant: str) 
     assert sorted(coco.anns) == list(range(1, len(coco.anns) + 1))
     for image in coco.imgs.values():
         decoded = cv2.imread(str(toy_root / split / image["file_name"]), cv2.IMREAD_COLOR)
-        assert decoded is not None and decoded.shape == (HEIGHT, WIDTH, 3)
-        assert (image["width"], image["height"]) == (WIDTH, HEIGHT)
+        assert decoded is not None
+        assert decoded.shape == (image["height"], image["width"], 3)
 
 
 @pytest.mark.parametrize("split", SPLITS)
@@ -128,7 +128,8 @@ def test_annotations_match_visible_masks(toy_root: Path, split: str) -> None:
             "mask_file": f"masks/{split}/{ann['image_id']}_{ann['id']}.png",
         }
         png = cv2.imread(str(toy_root / png_ann["mask_file"]), cv2.IMREAD_UNCHANGED)
-        assert png.dtype == np.uint8 and png.shape == (HEIGHT, WIDTH)
+        image = coco.imgs[ann["image_id"]]
+        assert png.dtype == np.uint8 and png.shape == (image["height"], image["width"])
         assert set(np.unique(png).tolist()) == {0, 255}
         assert ann["area"] == np.count_nonzero(png)
         assert _iou(mask, png) > 0.8, ann
@@ -146,8 +147,42 @@ def test_dataset_has_every_kind_of_annotation(toy_root: Path) -> None:
     val_crowd = [ann for ann in val.dataset["annotations"] if ann["iscrowd"]]
     assert train_crowd and all(isinstance(a["segmentation"]["counts"], str) for a in train_crowd)
     assert val_crowd and all(isinstance(a["segmentation"]["counts"], list) for a in val_crowd)
-    for ann in train_crowd + val_crowd:
-        assert ann["segmentation"]["size"] == [HEIGHT, WIDTH]
+    for coco in (train, val):
+        for ann in coco.dataset["annotations"]:
+            image = coco.imgs[ann["image_id"]]
+            if ann["iscrowd"]:
+                assert ann["segmentation"]["size"] == [image["height"], image["width"]]
+            else:
+                assert max(max(p[0::2]) for p in ann["segmentation"]) <= image["width"]
+                assert max(max(p[1::2]) for p in ann["segmentation"]) <= image["height"]
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_every_six_images_hold_every_kind_of_image(toy_root: Path, split: str) -> None:
+    """Landscape, portrait, square and wide images for aspect-ratio grouping, one without
+    annotations for filter_empty_gt, one under min_size=32; each kind every 6 images."""
+    coco = _coco(toy_root, split)
+    images = [coco.imgs[image_id] for image_id in sorted(coco.imgs)]
+    num_anns = [len(coco.getAnnIds(imgIds=[image["id"]])) for image in images]
+    assert len(images) >= 2 * len(IMAGE_KINDS)
+    for index, (image, count) in enumerate(zip(images, num_anns)):
+        width, height, with_objects = IMAGE_KINDS[index % len(IMAGE_KINDS)]
+        assert (image["width"], image["height"]) == (width, height)
+        assert (count > 0) == with_objects, image
+    first = images[: len(IMAGE_KINDS)]
+    assert {image["width"] > image["height"] for image in first} == {True, False}
+    assert any(image["width"] == image["height"] for image in first)
+    assert any(min(image["width"], image["height"]) < 32 for image in first)
+    assert 0 in num_anns[: len(IMAGE_KINDS)]
+
+
+def test_a_given_size_is_every_image_size(tmp_path: Path) -> None:
+    make_toy_coco(tmp_path, num_train=len(IMAGE_KINDS), num_val=1, width=64, height=48)
+    coco = _coco(tmp_path, "train")
+    assert {(image["width"], image["height"]) for image in coco.imgs.values()} == {(64, 48)}
+    assert all(coco.getAnnIds(imgIds=[image_id]) for image_id in coco.imgs)
+    with pytest.raises(ValueError, match="both width and height"):
+        make_toy_coco(tmp_path / "half", num_train=1, num_val=1, width=64)
 
 
 def _ring_mask() -> np.ndarray:

@@ -136,7 +136,9 @@ def test_the_models_divisor_sizes_the_batches_the_dataset_fetches(tmp_path, toy_
     # The Runner's copy of the dataset, under its wrappers.
     inner, = wrapped_datasets(runner.train_dataloader.dataset)
     assert isinstance(inner, LazyCocoDataset) and inner.pad_size_divisor == 96
-    # The toy images are 320x240: 100x133 at this scale, 192x192 padded to 96 (fast_collate
-    # alone would send 100x133; the preprocessor would pad that batch once more).
-    assert seen.shapes and all(shape[2:] == (192, 192) and set(sizes) == {(100, 133)}
-                               for shape, sizes in seen.shapes)
+    # The toy images differ in size (toy_data.IMAGE_KINDS): each batch is padded from its largest
+    # image up to a multiple of 96 (fast_collate alone would send the largest image's size; the
+    # preprocessor would pad that batch once more).
+    assert any(len(set(sizes)) > 1 for _, sizes in seen.shapes)
+    for shape, sizes in seen.shapes:
+        assert shape[2:] == tuple(-(-max(sides) // 96) * 96 for sides in zip(*sizes))

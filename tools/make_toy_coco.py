@@ -18,8 +18,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--num-train", type=int, default=96, help="train images")
     parser.add_argument("--num-val", type=int, default=24, help="val images")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--width", type=int, default=320, help="image width, px")
-    parser.add_argument("--height", type=int, default=240, help="image height, px")
+    parser.add_argument("--width", type=int, help="every image's width, px (default: a mix)")
+    parser.add_argument("--height", type=int, help="every image's height, px (default: a mix)")
     return parser.parse_args()
 
 
