@@ -771,7 +771,17 @@ def test_the_inflight_record_names_every_file_of_a_batch_decode(toy_coco_root, t
         assert dataset.inflight.held == [
             f'loading {samples[0]}', 'idle', f'{first}; idle', f'{first}; loading {samples[1]}',
             f'{first}; idle', f'{both}; idle', 'idle']
-    assert len(f'{both}; idle') * 8 < RECORD_BYTES  # a batch of 16 fits
+    # A batch of 16 (the toy set twice over) is named whole within the record's RECORD_BYTES.
+    dataset.inflight.held.clear()
+    dataset.__getitems__([index % len(dataset) for index in range(16)])
+    decodes = [text for text in dataset.inflight.held
+               if text.startswith('batch decode of 16 images: ')]
+    decode = decodes[-1]  # the decode of the 16, the plan done
+    assert decode.endswith('; idle')
+    for index in range(len(dataset)):
+        file = toy_coco_root / 'train' / f'{index:06d}.jpg'
+        assert decode.count(f'sample {index} ({file})') == 2
+    assert len(decode) < RECORD_BYTES
 
 
 class BlockOnImage(BaseTransform):

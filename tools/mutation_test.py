@@ -48,6 +48,7 @@ MODULES = [
 NAMED_ONLY = [
     ('mmdet_ext/collate.py', ['tests/test_collate.py']),
     ('mmdet_ext/engine/checkpoint_loading.py', ['tests/test_checkpoint_loading.py']),
+    ('mmdet_ext/structures/lazy_masks.py', ['tests/test_lazy_masks.py']),
 ]
 PYTEST_ARGS = ['-x', '-q', '-p', 'no:cacheprovider', '-W', 'ignore']
 PRELOAD = ['numpy', 'cv2', 'torch', 'pycocotools.mask', 'pytest', 'psutil', 'mmengine',
