@@ -129,6 +129,30 @@ def test_corrupt_section_table_is_a_store_error(tmp_path, name, message):
             AnnotationStore(str(path), verify=verify)
 
 
+@pytest.mark.parametrize('shape, offset', [((10**6, 4), None), (None, 2**20)])
+def test_a_section_past_the_end_of_the_file_is_a_store_error(store_file, shape, offset):
+    """A table entry that agrees with itself (nbytes = product of the shape and the item size)
+    but points past the end of the file: only the reader's bounds check refuses it. Neither
+    regression store above reaches that check (the C++ hand mutation dropping it survived them;
+    benchmarks/results/mutation.md). Opened without the payload checksum, as a store unpickled
+    in a worker is (AnnotationStore.__setstate__); with it, the checksum refuses the edit first.
+    """
+    header_bytes, entry_bytes = 72, 72  # store_format.h: Header, SectionEntry
+    raw = bytearray(Path(store_file).read_bytes())
+    num_sections = struct.unpack_from('<I', raw, 12)[0]
+    names = [raw[header_bytes + i * entry_bytes:][:32].rstrip(b'\0').decode()
+             for i in range(num_sections)]
+    entry = header_bytes + names.index('floats') * entry_bytes
+    _dtype, _ndim, rows, cols, old_offset, _nbytes = struct.unpack_from('<iiqqQQ', raw, entry + 32)
+    rows, cols = shape or (rows, cols)
+    struct.pack_into('<qqQQ', raw, entry + 40, rows, cols, offset or old_offset, rows * cols * 8)
+    Path(store_file).write_bytes(bytes(raw))
+    with pytest.raises(StoreError, match="section 'floats' lies outside the file"):
+        AnnotationStore(store_file, verify=False)
+    with pytest.raises(StoreError, match='payload checksum'):
+        AnnotationStore(store_file)
+
+
 @pytest.mark.parametrize('sections, message', [
     ([('x', np.zeros(3, dtype=bool))], 'has dtype bool'),
     ([('x', np.zeros(3, dtype=np.complex64))], 'has dtype complex64'),
