@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, SequentialSampler
 from mmdet_ext import _compat
 from mmdet_ext._framework import FAMILIES, IMPORT_NAMES, installed_family
 from mmdet_ext.structures import LazyInstanceMasks
-from mmdet_ext.transforms import LoadLazyAnnotations
+from mmdet_ext.transforms import LoadLazyAnnotations, NativeLoadResizeFlip
 
 INSTALLED = {'mmengine': mmengine.__version__, 'mmdet': mmdet.__version__,
              'mmcv': mmcv.__version__}
@@ -232,15 +232,15 @@ def test_resize_annotations_and_homography_are_resize_after_its_image_step() -> 
                             'mmdet_ext._compat.resize_annotations, record_homography')
 
 
-def test_record_homography_is_random_flip_after_its_image_step() -> None:
-    flip = RandomFlip(prob=1.0, direction='vertical')
-    theirs = flip.transform(annotated_results())
+@pytest.mark.parametrize('direction', ['horizontal', 'vertical', 'diagonal'])
+def test_record_homography_is_random_flip_after_its_image_step(direction) -> None:
+    """NativeLoadResizeFlip flips the image natively, then the annotations and the homography
+    (``_compat.record_homography``) as mmdet's RandomFlip._flip does."""
+    native = NativeLoadResizeFlip(scale=(30, 20), prob=1.0, direction=direction)
+    theirs = RandomFlip(prob=1.0, direction=direction).transform(annotated_results())
     ours = annotated_results()
-    ours['img'], ours['flip_direction'] = theirs['img'], 'vertical'
-    ours['gt_bboxes'].flip_(ours['img'].shape[:2], 'vertical')
-    ours['gt_masks'] = ours['gt_masks'].flip('vertical')
-    ours['gt_seg_map'] = mmcv.imflip(ours['gt_seg_map'], direction='vertical')
-    _compat.record_homography(flip, ours)
+    ours['img'], ours['flip_direction'] = theirs['img'], direction
+    native._flip_annotations(ours, direction)
     assert_same_annotations(ours, theirs, 'mmdet.datasets.transforms.RandomFlip._flip',
                             'NativeLoadResizeFlip._flip_annotations')
 
