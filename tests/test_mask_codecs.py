@@ -10,6 +10,7 @@ import pytest
 import torch
 from pycocotools import mask as mask_utils
 
+from helpers.bounded import run_bounded
 from helpers.torch_features import requires_opcheck
 import mmdet_ext  # noqa: F401  (registers torch.ops.mmdet_ext)
 from mmdet_ext import ops
@@ -208,6 +209,13 @@ def test_work_is_bounded_by_the_image_not_the_coordinates():
     assert 0 < ops.rle_area(single) < 30 * 40
     union = OPS.rle_from_polygons(triangle.repeat(100), torch.full((100, ), 6), 30, 40)
     assert torch.equal(union, single)
+    # The bound itself: the same union within 30 CPU s and 1 GiB (one edge's walk alone would
+    # hold 1.7e8 points, 2.7 GB; all of them, 5e10).
+    run_bounded('''
+        limit = float(2**24)
+        triangle = torch.tensor([-limit, 10.0, limit, 20.0, limit, 25.0], dtype=torch.float64)
+        OPS.rle_from_polygons(triangle.repeat(100), torch.full((100, ), 6), 30, 40)
+    ''', cpu_seconds=30, extra_address_space=1 << 30)
 
 
 def test_parts_of_one_or_two_points_are_empty_like_frpoly():

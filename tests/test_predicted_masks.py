@@ -11,6 +11,7 @@ import pytest
 import torch
 from pycocotools import mask as mask_utils
 
+from helpers.bounded import run_bounded
 from helpers.torch_features import requires_opcheck
 from mmdet_ext import ops
 
@@ -267,6 +268,15 @@ def test_work_follows_the_boxes_not_the_image():
             assert ops.rle_area(rle) == int(small[i].sum())
             assert ops.rle_to_bbox(rle, 46000, 46000).tolist() == mask_utils.toBbox(
                 mask_utils.encode(np.asfortranarray(small[i].numpy()))).tolist()
+    # The bound itself: the same pastes within 1 GiB more address space (one image-sized mask
+    # is 2.1 GB) and 30 CPU s.
+    run_bounded('''
+        probs = torch.rand(3, 28, 28, generator=torch.Generator().manual_seed(5))
+        boxes = torch.tensor([[10.5, 10.0, 60.0, 50.25], [0.0, 0.0, 99.0, 99.0],
+                              [40.0, 70.0, 45.0, 99.5]])
+        for skip_empty in (True, False):
+            ops.paste_masks_to_rle(probs, boxes, 46000, 46000, 0.5, skip_empty)
+    ''', cpu_seconds=30, extra_address_space=1 << 30)
 
 
 def test_boxes_at_the_edge_of_the_largest_image_stay_inside_it():
