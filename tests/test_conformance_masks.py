@@ -331,7 +331,8 @@ def test_the_bitmap_flavour_takes_bitmap_masks_constructor_input(sample):
 
 # -- issue 28: instances without polygon parts, as PolygonMasks indexes them --------------------
 def _with_empty_instance() -> list:
-    """Three instances, the middle one with no parts (PolygonMasks accepts it anywhere but first)."""
+    """Three instances, the middle one with no parts (PolygonMasks accepts it anywhere but
+    first)."""
     square = np.array([1.0, 1.0, 5.0, 1.0, 5.0, 5.0, 1.0, 5.0])
     return [[square], [], [square + 2]]
 

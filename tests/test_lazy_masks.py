@@ -49,8 +49,8 @@ def test_native_resolution_equals_mmdet_poly2mask(toy_coco_root):
         reference = _reference(info)
         assert isinstance(ours['gt_masks'], LazyInstanceMasks)
         np.testing.assert_array_equal(ours['gt_masks'].to_ndarray(), reference.to_ndarray())
-        np.testing.assert_array_equal(ours['gt_ignore_flags'],
-                                      LoadAnnotations(with_mask=True)(dict(info))['gt_ignore_flags'])
+        reference_flags = LoadAnnotations(with_mask=True)(dict(info))['gt_ignore_flags']
+        np.testing.assert_array_equal(ours['gt_ignore_flags'], reference_flags)
         checked += len(ours['gt_masks'])
     assert checked > 20
 
