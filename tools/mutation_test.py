@@ -49,8 +49,8 @@ NAMED_ONLY = [
     ('mmdet_ext/collate.py', ['tests/test_collate.py']),
     ('mmdet_ext/engine/checkpoint_loading.py', ['tests/test_checkpoint_loading.py']),
     ('mmdet_ext/structures/lazy_masks.py',
-     ['tests/test_lazy_masks.py', 'tests/test_conformance_masks.py',
-      'tests/test_lazy_mask_targets.py']),
+     ['tests/test_lazy_masks.py', 'tests/test_lazy_masks_input.py',
+      'tests/test_conformance_masks.py', 'tests/test_lazy_mask_targets.py']),
 ]
 PYTEST_ARGS = ['-x', '-q', '-p', 'no:cacheprovider', '-W', 'ignore']
 PRELOAD = ['numpy', 'cv2', 'torch', 'pycocotools.mask', 'pytest', 'psutil', 'mmengine',

@@ -1,0 +1,86 @@
+"""What the lazy mask classes refuse, and how they say it, next to mmdet's own classes.
+
+Written for the survivors of the mutation run over ``mmdet_ext/structures/lazy_masks.py``
+(benchmarks/results/mutation.md): the instance checks, ``cat``'s checks and ``repr`` were
+exercised by no test that reads what they say.
+"""
+import numpy as np
+import pytest
+from mmdet.structures.mask import BitmapMasks, PolygonMasks
+from pycocotools import mask as mask_utils
+
+from mmdet_ext.structures import (LazyBitmapMasks, LazyInstanceMasks, LazyPolygonMasks,
+                                  MaskInputError, RasterSource)
+
+SQUARE = [np.array([1.0, 1.0, 5.0, 1.0, 5.0, 5.0])]
+
+
+def _rle(height: int = 10, width: int = 20) -> RasterSource:
+    mask = np.zeros((height, width), np.uint8, order='F')
+    mask[2:6, 3:9] = 1
+    return RasterSource('rle', mask_utils.encode(mask)['counts'].decode('ascii'), height, width)
+
+
+def test_repr_names_the_flavour_the_count_and_the_rasters():
+    assert repr(LazyInstanceMasks([SQUARE, _rle(), _rle()], 10, 20)) == \
+        'LazyBitmapMasks(num_masks=3, rasters=2, height=10, width=20)'
+    assert repr(LazyPolygonMasks([SQUARE], 10, 20)) == \
+        'LazyPolygonMasks(num_masks=1, rasters=0, height=10, width=20)'
+
+
+def test_an_instance_that_is_not_a_list_of_parts_is_refused_by_name():
+    with pytest.raises(MaskInputError) as info:
+        LazyBitmapMasks([SQUARE, np.zeros(6)], 10, 20)
+    assert str(info.value) == ('LazyBitmapMasks: instance 1 must be a list of polygon parts (1-D '
+                               'ndarrays) or a RasterSource, got ndarray '
+                               'array([0., 0., 0., 0., 0., 0.])')
+
+
+@pytest.mark.parametrize('part, shape', [
+    (np.zeros(0), (0, )),  # no coordinates
+    (np.zeros(5), (5, )),  # an odd number
+    (np.zeros((3, 2)), (3, 2)),  # 2-D
+    (np.array(['1', '2']), (2, )),  # not numeric
+    ([1.0, 2.0], (2, )),  # not an ndarray
+])
+def test_a_polygon_part_that_is_not_coordinates_is_refused_by_name(part, shape):
+    with pytest.raises(MaskInputError) as info:
+        LazyPolygonMasks([SQUARE, SQUARE + [part]], 10, 20)
+    assert str(info.value) == (
+        'LazyPolygonMasks: instance 1 has a polygon part that is not a 1-D numeric ndarray of an '
+        f'even number of coordinates [x0, y0, x1, y1, ...]: {type(part).__name__} of shape '
+        f'{shape}')
+
+
+def test_a_part_of_one_point_and_an_instance_without_parts_are_empty_masks():
+    pixels = LazyPolygonMasks([[np.array([3.0, 4.0])], [], SQUARE], 10, 20).to_ndarray()
+    assert pixels.shape == (3, 10, 20) and pixels[:2].sum() == 0
+    np.testing.assert_array_equal(pixels[2], PolygonMasks([SQUARE], 10, 20).to_ndarray()[0])
+
+
+@pytest.mark.parametrize('lazy, upstream', [(LazyBitmapMasks, BitmapMasks),
+                                            (LazyPolygonMasks, PolygonMasks)])
+def test_cat_of_nothing_raises_mmdets_error(lazy, upstream):
+    with pytest.raises(ValueError) as theirs:
+        upstream.cat([])
+    with pytest.raises(ValueError) as ours:
+        lazy.cat([])
+    assert str(ours.value) == str(theirs.value)
+    with pytest.raises(ValueError, match='masks should not be an empty list'):
+        LazyInstanceMasks.cat([])
+
+
+def test_cat_takes_its_flavour_from_the_masks_and_refuses_the_other_flavour():
+    polygons = LazyPolygonMasks([SQUARE], 10, 20)
+    joined = LazyInstanceMasks.cat([polygons, PolygonMasks([SQUARE], 10, 20)])
+    assert type(joined) is LazyPolygonMasks and len(joined) == 2
+    bitmaps = LazyBitmapMasks([_rle()], 10, 20)
+    assert type(LazyInstanceMasks.cat([bitmaps, bitmaps])) is LazyBitmapMasks
+    with pytest.raises(AssertionError):  # mmdet's own refusal is an assert
+        BitmapMasks.cat([BitmapMasks(np.zeros((1, 10, 20), np.uint8), 10, 20),
+                         PolygonMasks([SQUARE], 10, 20)])
+    with pytest.raises(MaskInputError) as info:
+        LazyBitmapMasks.cat([bitmaps, polygons])
+    assert str(info.value) == ('LazyBitmapMasks.cat: every mask must be a BitmapMasks, got '
+                               "['LazyBitmapMasks', 'LazyPolygonMasks']")
+    assert isinstance(info.value, AssertionError)
