@@ -84,3 +84,36 @@ def test_cat_takes_its_flavour_from_the_masks_and_refuses_the_other_flavour():
     assert str(info.value) == ('LazyBitmapMasks.cat: every mask must be a BitmapMasks, got '
                                "['LazyBitmapMasks', 'LazyPolygonMasks']")
     assert isinstance(info.value, AssertionError)
+
+
+def test_cat_takes_its_size_from_the_first_masks_as_mmdet():
+    first, second = PolygonMasks([SQUARE], 10, 20), PolygonMasks([SQUARE], 30, 40)
+    joined = LazyPolygonMasks.cat([LazyPolygonMasks([SQUARE], 10, 20), second])
+    expected = PolygonMasks.cat([first, second])
+    assert (joined.height, joined.width) == (expected.height, expected.width) == (10, 20)
+
+
+@pytest.mark.parametrize('bbox', [[1, 2, 8, 9], np.array([[1, 2, 8, 9]]), np.array([1, 2, 8])],
+                         ids=['list', '2-D', 'three'])
+def test_a_crop_box_that_is_not_an_ndarray_of_four_is_refused_as_mmdet_refuses(bbox):
+    # mmdet asserts an ndarray of one dimension, then fails to unpack three values: a
+    # MaskInputError is both (an AssertionError and a ValueError).
+    with pytest.raises((AssertionError, ValueError)):
+        BitmapMasks(np.zeros((1, 10, 20), np.uint8), 10, 20).crop(bbox)
+    with pytest.raises(MaskInputError) as info:
+        LazyBitmapMasks([_rle()], 10, 20).crop(bbox)
+    assert str(info.value) == ('LazyBitmapMasks.crop: bbox must be an ndarray[4] (x1, y1, x2, '
+                               f'y2), got {type(bbox).__name__} of shape {np.shape(bbox)}')
+
+
+def test_the_optional_arguments_default_to_mmdets():
+    """Each method called without its optional arguments, on raster instances (BitmapMasks
+    arithmetic): the same pixels as mmdet's BitmapMasks called the same way."""
+    lazy = LazyBitmapMasks([_rle(), _rle(10, 20)], 10, 20)
+    dense = BitmapMasks(lazy.to_ndarray(), 10, 20)
+    calls = [('flip', ()), ('pad', ((16, 24), )), ('translate', ((10, 20), 3.0)),
+             ('shear', ((10, 20), 0.3)), ('rotate', ((10, 20), 30.0)),
+             ('crop_and_resize', (np.array([[1.0, 1.5, 15.0, 8.0]]), (7, 7), np.array([1])))]
+    for name, args in calls:
+        np.testing.assert_array_equal(getattr(lazy, name)(*args).to_ndarray(),
+                                      getattr(dense, name)(*args).to_ndarray(), err_msg=name)
