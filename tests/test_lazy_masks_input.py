@@ -117,3 +117,19 @@ def test_the_optional_arguments_default_to_mmdets():
     for name, args in calls:
         np.testing.assert_array_equal(getattr(lazy, name)(*args).to_ndarray(),
                                       getattr(dense, name)(*args).to_ndarray(), err_msg=name)
+
+
+def test_soft_targets_of_polygons_are_refused_with_mmdets_message():
+    boxes, inds = np.array([[1.0, 1.0, 9.0, 8.0]]), np.array([0])
+    with pytest.raises(ValueError) as theirs:
+        PolygonMasks([SQUARE], 10, 20).crop_and_resize(boxes, (7, 7), inds, binarize=False)
+    with pytest.raises(ValueError) as ours:
+        LazyPolygonMasks([SQUARE], 10, 20).crop_and_resize(boxes, (7, 7), inds, binarize=False)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_a_raster_of_another_size_is_refused_when_its_pixels_are_read():
+    masks = LazyBitmapMasks([SQUARE, _rle(12, 20)], 10, 20)
+    with pytest.raises(ValueError) as info:
+        masks.to_ndarray()
+    assert str(info.value) == 'raster mask 1 is (12, 20), the masks are (10, 20)'
