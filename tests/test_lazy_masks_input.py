@@ -106,17 +106,22 @@ def test_a_crop_box_that_is_not_an_ndarray_of_four_is_refused_as_mmdet_refuses(b
                                f'y2), got {type(bbox).__name__} of shape {np.shape(bbox)}')
 
 
-def test_the_optional_arguments_default_to_mmdets():
+@pytest.mark.parametrize('flavour', ['bitmap', 'polygon'])
+def test_the_optional_arguments_default_to_mmdets(flavour):
     """Each method called without its optional arguments, on raster instances (BitmapMasks
-    arithmetic): the same pixels as mmdet's BitmapMasks called the same way."""
-    lazy = LazyBitmapMasks([_rle(), _rle(10, 20)], 10, 20)
-    dense = BitmapMasks(lazy.to_ndarray(), 10, 20)
+    arithmetic) and on polygons: the same pixels as mmdet's class called the same way."""
+    if flavour == 'bitmap':
+        lazy = LazyBitmapMasks([_rle(), _rle(10, 20)], 10, 20)
+        theirs = BitmapMasks(lazy.to_ndarray(), 10, 20)
+    else:
+        lazy = LazyPolygonMasks([SQUARE, SQUARE], 10, 20)
+        theirs = PolygonMasks([SQUARE, SQUARE], 10, 20)
     calls = [('flip', ()), ('pad', ((16, 24), )), ('translate', ((10, 20), 3.0)),
              ('shear', ((10, 20), 0.3)), ('rotate', ((10, 20), 30.0)),
              ('crop_and_resize', (np.array([[1.0, 1.5, 15.0, 8.0]]), (7, 7), np.array([1])))]
     for name, args in calls:
         np.testing.assert_array_equal(getattr(lazy, name)(*args).to_ndarray(),
-                                      getattr(dense, name)(*args).to_ndarray(), err_msg=name)
+                                      getattr(theirs, name)(*args).to_ndarray(), err_msg=name)
 
 
 def test_soft_targets_of_polygons_are_refused_with_mmdets_message():
@@ -133,3 +138,32 @@ def test_a_raster_of_another_size_is_refused_when_its_pixels_are_read():
     with pytest.raises(ValueError) as info:
         masks.to_ndarray()
     assert str(info.value) == 'raster mask 1 is (12, 20), the masks are (10, 20)'
+
+
+@pytest.mark.parametrize('bbox', [np.array([0, 0, 12, 7]), np.array([-3, -2, 30, 40])],
+                         ids=['at-the-origin', 'past-every-edge'])
+def test_a_crop_at_or_past_the_edges_is_mmdets(bbox):
+    for lazy, theirs in ((LazyPolygonMasks([SQUARE], 10, 20), PolygonMasks([SQUARE], 10, 20)),
+                         (LazyBitmapMasks([_rle()], 10, 20),
+                          BitmapMasks(LazyBitmapMasks([_rle()], 10, 20).to_ndarray(), 10, 20))):
+        cropped, expected = lazy.crop(bbox), theirs.crop(bbox)
+        assert (cropped.height, cropped.width) == (expected.height, expected.width)
+        np.testing.assert_array_equal(cropped.to_ndarray(), expected.to_ndarray())
+
+
+def test_cat_of_masks_that_are_not_lazy_names_what_it_needs():
+    with pytest.raises(MaskInputError) as info:
+        LazyInstanceMasks.cat([BitmapMasks(np.zeros((1, 10, 20), np.uint8), 10, 20)])
+    assert str(info.value) == \
+        "BitmapMasks.cat: every mask must be a lazy mask, got ['BitmapMasks']"
+
+
+@pytest.mark.parametrize('binarize', [True, False])
+def test_targets_of_rasters_with_pending_operations_are_mmdets(binarize):
+    """A flipped RLE is no longer a plain RLE: its targets go through BitmapMasks."""
+    lazy = LazyBitmapMasks([_rle(), _rle()], 10, 20).flip('vertical')
+    theirs = BitmapMasks(lazy.to_ndarray(), 10, 20)
+    boxes, inds = np.array([[1.0, 1.5, 15.0, 8.0], [0.0, 0.0, 20.0, 10.0]]), np.array([1, 0])
+    np.testing.assert_array_equal(
+        lazy.crop_and_resize(boxes, (7, 7), inds, binarize=binarize).to_ndarray(),
+        theirs.crop_and_resize(boxes, (7, 7), inds, binarize=binarize).to_ndarray())
