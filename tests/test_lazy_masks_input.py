@@ -236,3 +236,13 @@ def test_a_polygon_reaching_outside_is_clipped_before_it_is_padded(side):
     expected = theirs.get_bboxes('hbox').tensor
     assert torch.equal(lazy.get_bboxes().tensor, expected)
     assert torch.equal(lazy.get_bboxes('hbox').tensor, expected)
+
+
+@pytest.mark.parametrize('num_boxes, items', [(0, [SQUARE]), (1, [])], ids=['no boxes', 'no masks'])
+def test_targets_of_nothing_are_empty_as_mmdets(num_boxes, items):
+    boxes, inds = np.zeros((num_boxes, 4)), np.zeros(num_boxes, int)
+    for lazy, theirs in ((LazyPolygonMasks(items, 10, 20), PolygonMasks(items, 10, 20)),
+                         (LazyBitmapMasks(items, 10, 20),
+                          BitmapMasks(np.zeros((len(items), 10, 20), np.uint8), 10, 20))):
+        assert lazy.crop_and_resize(boxes, (7, 7), inds).to_ndarray().shape == \
+            theirs.crop_and_resize(boxes, (7, 7), inds).to_ndarray().shape == (0, 7, 7)
