@@ -6,6 +6,17 @@ safety claims, each against a chosen fast subset of the tests.
     python tools/mutation_test.py                   # every module of MODULES
     python tools/mutation_test.py rounding collate  # those (of MODULES and NAMED_ONLY) whose
                                                     # path contains a word given
+    python tools/mutation_test.py --sample 40 --seed 0 collate   # a seeded random sample of
+                                                    # each chosen module's mutants
+    python tools/mutation_test.py --ids 289-362 lazy_masks       # those mutants (1-based, in
+                                                    # mutmut's order: its ids on a fresh cache)
+
+A module too big for the hour on 2 cores (collate.py, the store reader, the loaders: 100-480
+mutants each at 10-20 s) is scored on a sample: ``--sample K`` draws K of its mutants with
+``random.Random(seed)``, applies each with mutmut's own mutation operators (``mutmut.mutate``, the
+same mutants ``mutmut run`` makes, numbered as it numbers them), runs the module's tests through
+the same fork server, and reports the killed fraction with its 95% Wilson interval for the whole
+module. A mutant whose tests outlast three times the unmutated run (at least 60 s) is a timeout.
 
 The working tree is never touched: the tracked files (plus the built ``mmdet_ext/_C*.so`` and
 ``_build_config.json``, which must be present) are copied into a temporary directory, and mutmut
@@ -43,11 +54,23 @@ MODULES = [
      ['tests/test_bad_sample_handler.py', 'tests/test_bad_samples.py', '-k',
       'handler or raise_names or skip_replaces or too_many or test_mode']),
 ]
-# Run only when named: too slow for the hour on the shared 2-core machine (collate.py has 217
-# mutants at about 20 s each there; benchmarks/results/mutation.md).
+# Run only when named (alone or with ``--sample``): too slow for the hour on the shared 2-core
+# machine in full (benchmarks/results/mutation.md). A comma-separated entry is one group.
 NAMED_ONLY = [
     ('mmdet_ext/collate.py', ['tests/test_collate.py']),
     ('mmdet_ext/engine/checkpoint_loading.py', ['tests/test_checkpoint_loading.py']),
+    ('mmdet_ext/engine/hooks/exact_resume_hook.py,'
+     'mmdet_ext/engine/hooks/cpu_checkpoint_load_hook.py,'
+     'mmdet_ext/engine/hooks/atomic_checkpoint_hook.py',
+     ['tests/test_checkpoint_exact_resume.py', 'tests/test_checkpoint_saving.py', '-k',
+      'not kill_9']),
+    ('mmdet_ext/datasets/annotation_store.py,mmdet_ext/datasets/coco_store_layout.py',
+     ['tests/test_annotation_store.py', 'tests/test_store_freshness.py',
+      'tests/test_native_store_builder.py', '-k',
+      'not concurrent_builders and not two_workers and not gloo_ranks and not spawn']),
+    ('mmdet_ext/transforms/fused_loading.py,mmdet_ext/transforms/loading.py,'
+     'mmdet_ext/transforms/fused_mmdet_loading.py',
+     ['tests/test_fused_loading.py', 'tests/test_loading.py', 'tests/test_conformance_loading.py']),
     ('mmdet_ext/structures/lazy_masks.py',
      ['tests/test_lazy_masks.py', 'tests/test_lazy_masks_input.py',
       'tests/test_conformance_masks.py', 'tests/test_lazy_mask_targets.py']),
@@ -152,22 +175,150 @@ def parse_results(text: str) -> dict:
     return out
 
 
-def main(words: list) -> int:
-    chosen = MODULES if not words else \
-        [(m, t) for m, t in MODULES + NAMED_ONLY if any(w in m for w in words)]
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that `finally` cleans up
+def mutants_of(module: str) -> list:
+    """Every mutant of ``module`` (comma-separated files) as (path, mutmut's RelativeMutationID),
+    in mutmut's order."""
+    from mutmut import Context, list_mutations
+    out = []
+    for path in module.split(','):
+        with open(os.path.join(REPO, path)) as f:
+            source = f.read()
+        out += [(path, ident) for ident in list_mutations(Context(source=source, filename=path))]
+    return out
+
+
+def mutated_source(work: str, path: str, ident) -> str:
+    from mutmut import Context, mutate
+    with open(os.path.join(work, path)) as f:
+        source = f.read()
+    text, count = mutate(Context(source=source, filename=path, mutation_id=ident))
+    assert count == 1, (path, ident)
+    return text
+
+
+def timed_run(sock: str, args: list, timeout: float):
+    """Runs the tests once through the fork server: 'killed', 'survived' or 'timeout'."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(sock)
+    conn.settimeout(timeout)
+    conn.sendall((json.dumps({'args': PYTEST_ARGS + args}) + '\n').encode())
+    try:
+        reply = conn.makefile().readline()
+    except TimeoutError:
+        return 'timeout'  # closing the connection makes the server kill the run
+    finally:
+        conn.close()
+    return 'survived' if reply and int(reply) == 0 else 'killed'
+
+
+def wilson(killed: int, total: int) -> tuple:
+    """The 95% Wilson score interval of killed / total."""
+    if total == 0:
+        return 0.0, 1.0
+    z, p = 1.96, killed / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * ((p * (1 - p) + z * z / (4 * total)) / total) ** 0.5 / (1 + z * z / total)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def parse_ids(text: str) -> list:
+    out = []
+    for part in text.split(','):
+        first, _, last = part.partition('-')
+        out += list(range(int(first), int(last or first) + 1))
+    return out
+
+
+def sampled(chosen: list, sample: int, seed: int, ids: list) -> int:
+    import difflib
+    import random
+    work, server, log = start_server()
+    sock = os.path.join(work, '.mutation.sock')
+    try:
+        summary = []
+        for module, tests in chosen:
+            mutants = mutants_of(module)
+            if ids:
+                picked = [i for i in ids if 1 <= i <= len(mutants)]
+            elif sample < len(mutants):
+                picked = sorted(random.Random(seed).sample(range(1, len(mutants) + 1), sample))
+            else:
+                picked = list(range(1, len(mutants) + 1))
+            start = time.monotonic()
+            if timed_run(sock, tests, 3600) != 'survived':
+                sys.exit(f'the unmutated tests of {module} fail: {tests}')
+            timeout = max(60.0, 3 * (time.monotonic() - start))
+            verdicts = {}
+            for number in picked:
+                path, ident = mutants[number - 1]
+                target = os.path.join(work, path)
+                with open(target) as f:
+                    original = f.read()
+                text = mutated_source(work, path, ident)
+                with open(target, 'w') as f:
+                    f.write(text)
+                try:
+                    verdict = timed_run(sock, tests, timeout)
+                finally:
+                    with open(target, 'w') as f:
+                        f.write(original)
+                verdicts[number] = verdict
+                print(f'{module} #{number}: {verdict}', flush=True)
+                if verdict != 'killed':
+                    print(''.join(difflib.unified_diff(
+                        original.splitlines(True), text.splitlines(True), path, path, n=1)),
+                        flush=True)
+            took = time.monotonic() - start
+            summary.append((module, len(mutants), verdicts, took, tests))
+        print('\n## summary (sample seed %d)' % seed)
+        for module, total, verdicts, took, tests in summary:
+            killed = sum(v == 'killed' for v in verdicts.values())
+            low, high = wilson(killed, len(verdicts))
+            left = ', '.join(f'#{n} {v}' for n, v in verdicts.items() if v != 'killed')
+            print(f'{module}: {len(verdicts)} of {total} mutants run, killed {killed} '
+                  f'(95% interval for the module {low:.0%}-{high:.0%}), {took:.0f} s; '
+                  f'tests {tests}; not killed: {left or "none"}')
+    finally:
+        stop_server(work, server, log)
+    return 0
+
+
+def work_env(work: str) -> dict:
+    return dict(os.environ, PYTHONPATH=work, PYTHONDONTWRITEBYTECODE='1')
+
+
+def start_server():
+    """Copies the tree into a temporary directory and starts the fork server there."""
     work = tempfile.mkdtemp(prefix='mmdet_ext_mutation_')
     copy_tree(work)
     sock = os.path.join(work, '.mutation.sock')
-    env = dict(os.environ, PYTHONPATH=work, PYTHONDONTWRITEBYTECODE='1')
     log = open(os.path.join(work, 'server.log'), 'w')
     server = subprocess.Popen([sys.executable, 'tools/mutation_test.py', '--serve', sock],
-                              cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+                              cwd=work, env=work_env(work), stdout=log, stderr=subprocess.STDOUT)
+    while not os.path.exists(sock):
+        if server.poll() is not None:
+            sys.exit(f'the fork server died: see {log.name}')
+        time.sleep(0.5)
+    return work, server, log
+
+
+def stop_server(work: str, server, log) -> None:
+    server.kill()
+    server.wait()
+    log.close()
+    if os.environ.get('MUTATION_KEEP') != '1':
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print('kept', work)
+
+
+def main(words: list) -> int:
+    chosen = MODULES if not words else \
+        [(m, t) for m, t in MODULES + NAMED_ONLY if any(w in m for w in words)]
+    work, server, log = start_server()
+    sock = os.path.join(work, '.mutation.sock')
+    env = work_env(work)
     try:
-        while not os.path.exists(sock):
-            if server.poll() is not None:
-                sys.exit(f'the fork server died: see {log.name}')
-            time.sleep(0.5)
         summary = []
         for module, tests in chosen:
             cache = os.path.join(work, '.mutmut-cache')
@@ -204,13 +355,7 @@ def main(words: list) -> int:
                   f'{counts.get("Survived", 0)}, timed out {counts.get("Timed out", 0)}, '
                   f'suspicious {counts.get("Suspicious", 0)} ({took:.0f} s)')
     finally:
-        server.kill()
-        server.wait()
-        log.close()
-        if os.environ.get('MUTATION_KEEP') != '1':
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            print('kept', work)
+        stop_server(work, server, log)
     return 0
 
 
@@ -220,4 +365,17 @@ if __name__ == '__main__':
     elif sys.argv[1:2] == ['--client']:
         sys.exit(client(sys.argv[2], sys.argv[3:]))
     else:
-        sys.exit(main(sys.argv[1:]))
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that `finally` cleans up
+        words, options = [], {}
+        argv = iter(sys.argv[1:])
+        for word in argv:
+            if word in ('--sample', '--seed', '--ids'):
+                options[word] = next(argv)
+            else:
+                words.append(word)
+        if not options:
+            sys.exit(main(words))
+        chosen = [(m, t) for m, t in MODULES + NAMED_ONLY if any(w in m for w in words)]
+        sys.exit(sampled(chosen, int(options.get('--sample', 10 ** 9)),
+                         int(options.get('--seed', 0)), parse_ids(options.get('--ids', ''))
+                         if '--ids' in options else []))
