@@ -136,9 +136,10 @@ def test_soft_targets_of_polygons_are_refused_with_mmdets_message():
 
 def test_a_raster_of_another_size_is_refused_when_its_pixels_are_read():
     masks = LazyBitmapMasks([SQUARE, _rle(12, 20)], 10, 20)
-    with pytest.raises(ValueError) as info:
-        masks.to_ndarray()
-    assert str(info.value) == 'raster mask 1 is (12, 20), the masks are (10, 20)'
+    for read in (masks.to_ndarray, lambda: masks.to_tensor(torch.uint8, 'cpu')):
+        with pytest.raises(ValueError) as info:
+            read()
+        assert str(info.value) == 'raster mask 1 is (12, 20), the masks are (10, 20)'
 
 
 @pytest.mark.parametrize('bbox', [np.array([0, 0, 12, 7]), np.array([-3, -2, 30, 40])],
@@ -212,8 +213,14 @@ def test_indexing_follows_bitmap_masks(index):
     np.testing.assert_array_equal(lazy[index].to_ndarray(), theirs[index].to_ndarray())
 
 
-# Polygons leaving a 10x20 image on one side only; the last leaves by its second x alone.
-OUTSIDE = {'right': [2.0, 2.0, 30.0, 2.0, 30.0, 8.0, 2.0, 8.0],
+# Polygons leaving a 10x20 image on one side only; 'second-x' leaves by its second x alone,
+# 'bottom-narrow' by its second y alone with every x under the height; the two '-edge' ones by
+# under a pixel (a vertex at 20.75 or 10.75 sets column 20 or row 10 when rasterised on a larger
+# canvas, as pycocotools rasterises).
+OUTSIDE = {'bottom-narrow': [2.0, 2.0, 5.0, 16.0, 8.0, 2.0],
+           'right-edge': [2.0, 2.0, 20.75, 2.0, 20.75, 8.0, 2.0, 8.0],
+           'bottom-edge': [2.0, 2.0, 12.0, 2.0, 12.0, 10.75, 2.0, 10.75],
+           'right': [2.0, 2.0, 30.0, 2.0, 30.0, 8.0, 2.0, 8.0],
            'left': [-8.0, 2.0, 12.0, 2.0, 12.0, 8.0, -8.0, 8.0],
            'top': [2.0, -6.0, 12.0, -6.0, 12.0, 8.0, 2.0, 8.0],
            'bottom': [2.0, 2.0, 12.0, 2.0, 12.0, 16.0, 2.0, 16.0],
@@ -246,3 +253,33 @@ def test_targets_of_nothing_are_empty_as_mmdets(num_boxes, items):
                           BitmapMasks(np.zeros((len(items), 10, 20), np.uint8), 10, 20))):
         assert lazy.crop_and_resize(boxes, (7, 7), inds).to_ndarray().shape == \
             theirs.crop_and_resize(boxes, (7, 7), inds).to_ndarray().shape == (0, 7, 7)
+
+
+def test_the_polygon_flavour_refuses_a_raster_by_name():
+    for make in (lambda: LazyPolygonMasks([SQUARE, _rle()], 10, 20),
+                 lambda: setattr(LazyPolygonMasks([SQUARE], 10, 20), 'masks', [SQUARE, _rle()])):
+        with pytest.raises(MaskInputError) as info:
+            make()
+        assert str(info.value) == (
+            'LazyPolygonMasks holds polygons only (as PolygonMasks); instance 1 is a rle raster: '
+            'use LazyBitmapMasks (LoadLazyAnnotations with poly2mask=True)')
+
+
+def test_a_selection_starting_with_an_instance_without_parts_raises_an_index_error_as_mmdet():
+    lazy, theirs = LazyPolygonMasks([[], SQUARE], 10, 20), PolygonMasks([SQUARE, SQUARE], 10, 20)
+    theirs.masks = [[], SQUARE]  # its constructor itself refuses this list (masks[0][0])
+    with pytest.raises(IndexError):
+        theirs[[0, 1]]
+    with pytest.raises(IndexError) as info:
+        lazy[[0, 1]]
+    assert str(info.value) == ('LazyPolygonMasks[[0, 1]]: the first instance selected has no '
+                               'polygon parts, which PolygonMasks refuses (IndexError)')
+
+
+@pytest.mark.parametrize('index', ['0', 1.0, None], ids=['str', 'float', 'None'])
+def test_an_index_polygon_masks_cannot_read_raises_mmdets_value_error(index):
+    with pytest.raises(ValueError) as theirs:
+        PolygonMasks([SQUARE], 10, 20)[index]
+    with pytest.raises(ValueError) as ours:
+        LazyPolygonMasks([SQUARE], 10, 20)[index]
+    assert str(ours.value) == str(theirs.value)
