@@ -143,8 +143,28 @@ class _ReachesIntoNumpy:
 def test_getattr_is_limited_to_history_buffer_methods(tmp_path):
     path = tmp_path / 'getattr.pth'
     torch.save({'meta': {}, 'x': _ReachesIntoNumpy()}, path)
-    with pytest.raises(CheckpointLoadError, match='tofile'):
+    with pytest.raises(CheckpointLoadError) as info:
         load_checkpoint_to_cpu(str(path))
+    assert str(info.value).startswith(
+        f"checkpoint {path} holds objects outside the safe allowlist: getattr(<class "
+        "'numpy.ndarray'>, 'tofile') is not allowed in a checkpoint; only "
+        "HistoryBuffer.{current, max, mean, min} are. If you trust this file, ")
+
+
+def test_a_refusal_without_torchs_wording_is_named_by_its_first_line():
+    from mmdet_ext.engine.checkpoint_loading import _unpickler_reason
+    assert _unpickler_reason(pickle.UnpicklingError('invalid load key, 0x1f.\nmore')) == \
+        'invalid load key, 0x1f.'
+
+
+def test_a_text_file_is_named_with_its_first_sixteen_bytes(tmp_path):
+    path = tmp_path / 'mask_rcnn.pth'
+    path.write_text('<html><head><title>404 Not Found</title></head></html>')
+    with pytest.raises(CheckpointLoadError) as info:
+        load_checkpoint_to_cpu(str(path))
+    assert str(info.value) == (
+        f"checkpoint {path} is not a PyTorch checkpoint (neither a zip archive nor a pickle; it "
+        "starts with b'<html><head><tit'): a text file or a download error page?")
 
 
 def test_extra_safe_globals_allows_a_named_class(tmp_path):
