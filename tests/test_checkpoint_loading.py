@@ -170,8 +170,14 @@ def test_a_text_file_is_named_with_its_first_sixteen_bytes(tmp_path):
 def test_extra_safe_globals_allows_a_named_class(tmp_path):
     path = tmp_path / 'custom.pth'
     torch.save({'meta': {'custom': torch.nn.Identity}}, path)
-    with pytest.raises(CheckpointLoadError, match='torch.nn.modules.linear.Identity'):
+    with pytest.raises(CheckpointLoadError) as info:
         load_checkpoint_to_cpu(str(path))
+    assert str(info.value) == (
+        f'checkpoint {path} holds objects outside the safe allowlist: '
+        'torch.nn.modules.linear.Identity. If you trust this file, allow them deliberately in '
+        "custom_hooks: dict(type='CpuCheckpointLoadHook', extra_safe_globals=["
+        "'torch.nn.modules.linear.Identity']) keeps weights_only loading, or "
+        'allow_unsafe_globals=True disables it (runs any pickled code).')
     assert load_checkpoint_to_cpu(str(path), extra_safe_globals=[torch.nn.Identity])[
         'meta']['custom'] is torch.nn.Identity
 
@@ -195,3 +201,39 @@ def test_truncated_explicit_checkpoint_is_an_error_naming_it(stock_checkpoint, t
         path.write_bytes(f.read()[:5000])
     with pytest.raises(CheckpointLoadError, match='epoch_9.pth.*truncated or corrupt'):
         _runner(tmp_path / 'run', max_epochs=1, load_from=str(path), resume=True).train()
+
+
+def test_every_storage_type_loads_as_saved_through_the_size_check(tmp_path):
+    """The storage size check knows each storage type's item size: a checkpoint holding every
+    one (and an untyped storage) loads, mapped, equal to what was saved."""
+    dtypes = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.float16, torch.bfloat16,
+              torch.int32, torch.float32, torch.int64, torch.float64, torch.complex64,
+              torch.complex128]
+    saved = {str(dtype): torch.arange(5).to(dtype) for dtype in dtypes}
+    saved['untyped'] = torch.UntypedStorage(7)
+    saved['untyped'].fill_(3)
+    path = tmp_path / 'dtypes.pth'
+    torch.save(saved, path)
+    loaded = load_checkpoint_to_cpu(str(path))
+    for dtype in dtypes:
+        assert loaded[str(dtype)].dtype == dtype and torch.equal(loaded[str(dtype)],
+                                                                 saved[str(dtype)])
+    assert bytes(loaded['untyped']) == bytes([3] * 7)
+
+
+def test_a_storage_entry_shorter_than_its_tensor_is_refused_before_it_is_mapped(tmp_path):
+    """A zip that is itself intact but holds fewer bytes for a storage than the pickle claims:
+    mapped, the tensor would read whatever follows in the file."""
+    path, short = tmp_path / 'whole.pth', tmp_path / 'short.pth'
+    torch.save({'w': torch.arange(16, dtype=torch.float32)}, path)
+    with zipfile.ZipFile(path) as whole, zipfile.ZipFile(short, 'w') as out:
+        entries = [info for info in whole.infolist() if '/data/' in info.filename]
+        assert len(entries) == 1
+        for info in whole.infolist():
+            data = whole.read(info)
+            out.writestr(info, data[:40] if info is entries[0] else data)
+    key = entries[0].filename.rpartition('/')[2]
+    with pytest.raises(CheckpointLoadError) as info:
+        load_checkpoint_to_cpu(str(short))
+    assert str(info.value) == (f'checkpoint {short} is truncated or corrupt: storage {key} '
+                               'claims 64 bytes, the file holds 40 for it')

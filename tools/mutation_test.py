@@ -57,7 +57,11 @@ MODULES = [
 # Run only when named (alone or with ``--sample``): too slow for the hour on the shared 2-core
 # machine in full (benchmarks/results/mutation.md). A comma-separated entry is one group.
 NAMED_ONLY = [
-    ('mmdet_ext/collate.py', ['tests/test_collate.py']),
+    ('mmdet_ext/collate.py',
+     ['tests/test_collate.py', 'tests/test_conformance_collate.py', 'tests/test_deferred_pixels.py',
+      'tests/test_worker_buffers.py', 'tests/test_batched_fetch.py', '-k',
+      'not spawned_workers and not mappings_of_closed and not training_on_the_batched and not '
+      'resuming_on_the_batched']),
     ('mmdet_ext/engine/checkpoint_loading.py', ['tests/test_checkpoint_loading.py']),
     ('mmdet_ext/engine/hooks/exact_resume_hook.py,'
      'mmdet_ext/engine/hooks/cpu_checkpoint_load_hook.py,'
