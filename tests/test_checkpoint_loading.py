@@ -203,12 +203,15 @@ def test_truncated_explicit_checkpoint_is_an_error_naming_it(stock_checkpoint, t
         _runner(tmp_path / 'run', max_epochs=1, load_from=str(path), resume=True).train()
 
 
+STORAGE_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.float16, torch.bfloat16,
+                  torch.int32, torch.float32, torch.int64, torch.float64, torch.complex64,
+                  torch.complex128]
+
+
 def test_every_storage_type_loads_as_saved_through_the_size_check(tmp_path):
     """The storage size check knows each storage type's item size: a checkpoint holding every
     one (and an untyped storage) loads, mapped, equal to what was saved."""
-    dtypes = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.float16, torch.bfloat16,
-              torch.int32, torch.float32, torch.int64, torch.float64, torch.complex64,
-              torch.complex128]
+    dtypes = STORAGE_DTYPES
     saved = {str(dtype): torch.arange(5).to(dtype) for dtype in dtypes}
     saved['untyped'] = torch.UntypedStorage(7)
     saved['untyped'].fill_(3)
@@ -221,19 +224,41 @@ def test_every_storage_type_loads_as_saved_through_the_size_check(tmp_path):
     assert bytes(loaded['untyped']) == bytes([3] * 7)
 
 
-def test_a_storage_entry_shorter_than_its_tensor_is_refused_before_it_is_mapped(tmp_path):
-    """A zip that is itself intact but holds fewer bytes for a storage than the pickle claims:
+@pytest.mark.parametrize('dtype', STORAGE_DTYPES + ['untyped'], ids=str)
+def test_a_storage_entry_shorter_than_its_tensor_is_refused_before_it_is_mapped(tmp_path, dtype):
+    """A zip that is itself intact but holds one byte less for a storage than the pickle claims:
     mapped, the tensor would read whatever follows in the file."""
     path, short = tmp_path / 'whole.pth', tmp_path / 'short.pth'
-    torch.save({'w': torch.arange(16, dtype=torch.float32)}, path)
+    value = torch.UntypedStorage(16) if dtype == 'untyped' else torch.arange(16).to(dtype)
+    nbytes = 16 * (1 if dtype == 'untyped' else dtype.itemsize)
+    torch.save({'w': value}, path)
     with zipfile.ZipFile(path) as whole, zipfile.ZipFile(short, 'w') as out:
         entries = [info for info in whole.infolist() if '/data/' in info.filename]
         assert len(entries) == 1
         for info in whole.infolist():
             data = whole.read(info)
-            out.writestr(info, data[:40] if info is entries[0] else data)
+            out.writestr(info, data[:-1] if info is entries[0] else data)
     key = entries[0].filename.rpartition('/')[2]
     with pytest.raises(CheckpointLoadError) as info:
         load_checkpoint_to_cpu(str(short))
     assert str(info.value) == (f'checkpoint {short} is truncated or corrupt: storage {key} '
-                               'claims 64 bytes, the file holds 40 for it')
+                               f'claims {nbytes} bytes, the file holds {nbytes - 1} for it')
+
+
+@pytest.mark.skipif(not os.path.exists('/proc/self/maps'), reason='reads /proc/self/maps (Linux)')
+def test_weights_are_mapped_from_the_file_by_default_and_read_when_asked(tmp_path):
+    """The default maps the storages (no second copy of the weights in memory while they are
+    copied into the model); ``mmap=False`` reads them."""
+    path = tmp_path / 'mapped.pth'
+    torch.save({'w': torch.arange(16.0)}, path)
+
+    def mapped() -> bool:
+        with open('/proc/self/maps') as f:
+            return str(path) in f.read()
+
+    loaded = load_checkpoint_to_cpu(str(path))
+    assert mapped()
+    del loaded
+    assert not mapped()
+    loaded = load_checkpoint_to_cpu(str(path), mmap=False)
+    assert not mapped() and torch.equal(loaded['w'], torch.arange(16.0))

@@ -66,8 +66,8 @@ NAMED_ONLY = [
     ('mmdet_ext/engine/hooks/exact_resume_hook.py,'
      'mmdet_ext/engine/hooks/cpu_checkpoint_load_hook.py,'
      'mmdet_ext/engine/hooks/atomic_checkpoint_hook.py',
-     ['tests/test_checkpoint_exact_resume.py', 'tests/test_checkpoint_saving.py', '-k',
-      'not kill_9']),
+     ['tests/test_checkpoint_exact_resume.py', 'tests/test_checkpoint_saving.py',
+      'tests/test_preemption_resume.py', '-k', 'not kill_9 and not two_ranks']),
     ('mmdet_ext/datasets/annotation_store.py,mmdet_ext/datasets/coco_store_layout.py',
      ['tests/test_annotation_store.py', 'tests/test_store_freshness.py',
       'tests/test_native_store_builder.py', '-k',
