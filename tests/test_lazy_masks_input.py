@@ -283,3 +283,28 @@ def test_an_index_polygon_masks_cannot_read_raises_mmdets_value_error(index):
     with pytest.raises(ValueError) as ours:
         LazyPolygonMasks([SQUARE], 10, 20)[index]
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize('dtype', [np.int64, np.int32, np.float32, np.float64])
+def test_targets_of_boxes_of_any_dtype_are_mmdets(dtype):
+    boxes = np.array([[0, 0, 6, 6], [1, 2, 9, 7]]).astype(dtype)
+    parts = [SQUARE, [np.array([0.5, 0.5, 8.25, 1.0, 4.0, 7.75])]]
+    ours = LazyPolygonMasks(parts, 10, 20).crop_and_resize(boxes, (7, 7), [0, 1])
+    theirs = PolygonMasks(parts, 10, 20).crop_and_resize(boxes, (7, 7), [0, 1])
+    np.testing.assert_array_equal(ours.to_ndarray(), theirs.to_ndarray())
+
+
+def test_boxes_of_polygon_instances_of_several_parts_are_mmdets():
+    parts = [SQUARE, [np.array([0.5, 0.5, 8.25, 1.0, 4.0, 7.75]), np.array([12.0, 3, 15, 3, 15, 9])],
+             [np.array([2.0, 2.0, 3.0, 2.0, 3.0, 3.0, 2.0, 3.0])]]
+    expected = PolygonMasks(parts, 10, 20).get_bboxes('hbox').tensor
+    assert torch.equal(LazyPolygonMasks(parts, 10, 20).get_bboxes('hbox').tensor, expected)
+
+
+def test_the_box_of_a_one_pixel_raster_is_mmdets():
+    pixel = np.zeros((1, 10, 20), np.uint8)
+    pixel[0, 4, 7] = 1
+    rle = mask_utils.encode(np.asfortranarray(pixel[0]))['counts'].decode('ascii')
+    lazy = LazyBitmapMasks([RasterSource('rle', rle, 10, 20)], 10, 20)
+    expected = BitmapMasks(pixel, 10, 20).get_bboxes('hbox').tensor
+    assert torch.equal(lazy.get_bboxes().tensor, expected)
