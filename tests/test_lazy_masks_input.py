@@ -295,7 +295,8 @@ def test_targets_of_boxes_of_any_dtype_are_mmdets(dtype):
 
 
 def test_boxes_of_polygon_instances_of_several_parts_are_mmdets():
-    parts = [SQUARE, [np.array([0.5, 0.5, 8.25, 1.0, 4.0, 7.75]), np.array([12.0, 3, 15, 3, 15, 9])],
+    parts = [SQUARE,
+             [np.array([0.5, 0.5, 8.25, 1.0, 4.0, 7.75]), np.array([12.0, 3, 15, 3, 15, 9])],
              [np.array([2.0, 2.0, 3.0, 2.0, 3.0, 3.0, 2.0, 3.0])]]
     expected = PolygonMasks(parts, 10, 20).get_bboxes('hbox').tensor
     assert torch.equal(LazyPolygonMasks(parts, 10, 20).get_bboxes('hbox').tensor, expected)
