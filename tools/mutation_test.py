@@ -274,14 +274,14 @@ def sampled(chosen: list, sample: int, seed: int, ids: list) -> int:
                         flush=True)
             took = time.monotonic() - start
             summary.append((module, len(mutants), verdicts, took, tests))
-        print('\n## summary (sample seed %d)' % seed)
+        print('\n## summary (' + ('the mutants named' if ids else f'sample seed {seed}') + ')')
         for module, total, verdicts, took, tests in summary:
             killed = sum(v == 'killed' for v in verdicts.values())
             low, high = wilson(killed, len(verdicts))
+            interval = '' if ids else f' (95% interval for the module {low:.0%}-{high:.0%})'
             left = ', '.join(f'#{n} {v}' for n, v in verdicts.items() if v != 'killed')
-            print(f'{module}: {len(verdicts)} of {total} mutants run, killed {killed} '
-                  f'(95% interval for the module {low:.0%}-{high:.0%}), {took:.0f} s; '
-                  f'tests {tests}; not killed: {left or "none"}')
+            print(f'{module}: {len(verdicts)} of {total} mutants run, killed {killed}{interval}, '
+                  f'{took:.0f} s; tests {tests}; not killed: {left or "none"}')
     finally:
         stop_server(work, server, log)
     return 0
