@@ -262,3 +262,25 @@ def test_weights_are_mapped_from_the_file_by_default_and_read_when_asked(tmp_pat
     assert not mapped()
     loaded = load_checkpoint_to_cpu(str(path), mmap=False)
     assert not mapped() and torch.equal(loaded['w'], torch.arange(16.0))
+
+
+@pytest.mark.parametrize('options', [{}, dict(allow_unsafe_globals=True),
+                                     dict(extra_safe_globals=['torch.nn.modules.linear.Identity'])],
+                         ids=['default', 'allow_unsafe_globals', 'extra_safe_globals'])
+def test_the_hooks_options_reach_load_from(tmp_path, options):
+    """A checkpoint holding a class outside the allowlist: refused by default, loaded when the
+    hook in the config says so."""
+    path = tmp_path / 'custom.pth'
+    torch.manual_seed(5)
+    torch.save({'meta': {'custom': torch.nn.Identity}, 'state_dict': TinyConvNet().state_dict()},
+               path)
+    kwargs = tiny_runner_kwargs(str(tmp_path / 'run'), max_epochs=1, load_from=str(path),
+                                experiment_name=f'load{next(_experiments)}')
+    kwargs['custom_hooks'] = [dict(hook, **options) if hook['type'] == 'CpuCheckpointLoadHook'
+                              else hook for hook in kwargs['custom_hooks']]
+    if not options:
+        with pytest.raises(CheckpointLoadError, match='torch.nn.modules.linear.Identity'):
+            Runner(**kwargs).train()
+        return
+    Runner(**kwargs).train()
+    assert load_checkpoint_to_cpu(str(tmp_path / 'run' / 'epoch_1.pth'))['meta']['epoch'] == 1

@@ -10,6 +10,8 @@ import time
 
 import psutil
 import pytest
+from mmengine.fileio import BaseStorageBackend, FileClient, register_backend
+from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 from mmdet_ext.engine.checkpoint_discovery import find_newest_loadable_checkpoint
@@ -28,9 +30,9 @@ def _runner(work_dir, **kwargs) -> Runner:
                                        **kwargs))
 
 
-def _warnings(runner: Runner) -> list[str]:
+def _warnings(runner: Runner, level: int = logging.WARNING) -> list[logging.LogRecord]:
     records: list[logging.LogRecord] = []
-    handler = logging.Handler(level=logging.WARNING)
+    handler = logging.Handler(level=level)
     handler.emit = records.append
     runner.logger.addHandler(handler)
     return records
@@ -58,6 +60,45 @@ def test_hook_arguments_keep_working(tmp_path):
     assert resumed['message_hub']['runtime_info']['keep_ckpt_ids'] == [2, 3]
 
 
+class _CheckpointsPresentAtEachSave(Hook):
+    """Records, inside each save (the runner calls it before writing), the checkpoints on disk."""
+
+    def __init__(self, work_dir) -> None:
+        self.work_dir, self.seen = work_dir, []
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        self.seen.append(sorted(p.name for p in self.work_dir.glob('epoch_*.pth')))
+
+
+@pytest.mark.parametrize('hook', ['AtomicCheckpointHook', 'CheckpointHook'])
+def test_the_previous_checkpoint_stays_until_the_next_one_is_saved(tmp_path, hook):
+    """With max_keep_ckpts=1 the stock hook deletes the only checkpoint before it writes the
+    next (a kill then leaves none); ours deletes it after. The stock run is the control."""
+    recorder = _CheckpointsPresentAtEachSave(tmp_path)
+    _runner(tmp_path, max_epochs=3, custom_hooks=[recorder],
+            checkpoint=dict(type=hook, interval=1, max_keep_ckpts=1)).train()
+    if hook == 'AtomicCheckpointHook':
+        assert recorder.seen == [[], ['epoch_1.pth'], ['epoch_2.pth']]
+    else:
+        assert recorder.seen == [[], [], []]
+    assert sorted(p.name for p in tmp_path.glob('epoch_*.pth')) == ['epoch_3.pth']
+
+
+@pytest.mark.parametrize('keep', [{}, dict(max_keep_ckpts=0), dict(max_keep_ckpts=2)],
+                         ids=['default', 'zero', 'two'])
+def test_a_checkpoint_holds_what_the_stock_hooks_holds(tmp_path, keep):
+    """Same runtime information in the file as CheckpointHook's, whatever max_keep_ckpts says
+    (ids are kept only for a positive one)."""
+    def runtime_info(hook: str) -> dict:
+        work_dir = tmp_path / hook
+        _runner(work_dir, max_epochs=1, checkpoint=dict(type=hook, interval=1, **keep)).train()
+        info = load_checkpoint_to_cpu(str(work_dir / 'epoch_1.pth'))['message_hub']
+        return {key: value for key, value in info['runtime_info'].items()
+                if key not in ('last_ckpt', 'experiment_name')}
+
+    assert runtime_info('AtomicCheckpointHook') == runtime_info('CheckpointHook')
+
+
 def _train_two_epochs(work_dir) -> None:
     _runner(work_dir, max_epochs=2).train()
 
@@ -67,9 +108,11 @@ def test_auto_resume_skips_a_truncated_latest_checkpoint(tmp_path):
     latest = tmp_path / 'epoch_2.pth'
     latest.write_bytes(latest.read_bytes()[:3000])  # as a non-atomic save killed midway
     runner = _runner(tmp_path, max_epochs=3, resume=True)
-    warnings = _warnings(runner)
+    warnings = _warnings(runner, logging.INFO)
     runner.train()
     assert any(f'skipping {latest}' in w.getMessage() for w in warnings)
+    assert f'Auto-resume: resuming from {tmp_path / "epoch_1.pth"}' in \
+        [w.getMessage() for w in warnings]
     assert load_checkpoint_to_cpu(str(tmp_path / 'epoch_3.pth'))['meta']['epoch'] == 3
     assert load_checkpoint_to_cpu(str(tmp_path / 'epoch_2.pth'))['meta']['epoch'] == 2  # rerun
 
@@ -99,7 +142,9 @@ SAVE_EVERY_ITER = textwrap.dedent('''
 
     import torch
     import torch.nn as nn
-    from mmengine.runner import Runner
+    from mmengine.fileio import BaseStorageBackend, FileClient, register_backend
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
 
     from helpers.tiny_runner import TinyConvNet, tiny_runner_kwargs
 
@@ -183,3 +228,30 @@ def test_kill_9_during_saving_always_leaves_a_resumable_checkpoint(tmp_path):
                    check=True, timeout=300, capture_output=True, cwd=TESTS_DIR)
     assert _newest_iter(work_dir) == last + 1
     assert not any(n.endswith(TEMP_SUFFIX) for n in os.listdir(work_dir))
+
+
+class _ObjectStore(BaseStorageBackend):
+    """A remote store as mmengine's storage backends register one (by URL prefix)."""
+
+    def __init__(self, **kwargs) -> None:
+        self.objects = {}
+
+    def get(self, filepath):
+        return self.objects[filepath]
+
+    def get_text(self, filepath, encoding='utf-8'):
+        return self.get(filepath).decode(encoding)
+
+    def join_path(self, filepath, *filepaths):
+        return '/'.join([filepath.rstrip('/'), *filepaths])
+
+
+def test_a_remote_destination_keeps_its_own_backend(tmp_path):
+    """Object stores' put is already all-or-nothing: only a local directory is made atomic."""
+    from mmdet_ext.engine.hooks import AtomicCheckpointHook
+    register_backend('mmdet_ext_test_store', _ObjectStore, force=True, prefixes='teststore')
+    FileClient.register_backend('mmdet_ext_test_store', _ObjectStore, force=True,
+                                prefixes='teststore')  # the stock hook also asks FileClient
+    hook = AtomicCheckpointHook(interval=1, out_dir='teststore://bucket/checkpoints')
+    hook.before_train(_runner(tmp_path, max_epochs=1))
+    assert hook.backend_args is None and isinstance(hook.file_backend, _ObjectStore)
