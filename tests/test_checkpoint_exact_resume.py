@@ -2,6 +2,7 @@
 with OpenMMLab's resume (the loop replays the done batches with next()) and the fork's (one
 dataloader_iterator.skip_iter(n), or nothing with fast_forward_on_resume)."""
 import itertools
+import logging
 
 import pytest
 from mmengine.hooks import Hook
@@ -127,3 +128,42 @@ def test_prepaid_iterator_skip_iter_draws_what_is_not_prepaid(no_dataloader_rest
     prepaid.skip_iter(1)
     assert next(prepaid) is None and next(prepaid) is None  # 2 prepaid left, answered by next
     assert ids(itertools.islice(prepaid, 2)) == uninterrupted_ids()[3:5]
+
+
+def test_a_checkpoint_of_more_ranks_resumes_from_rank_zeros_state_and_says_so(tmp_path):
+    """A checkpoint holding RNG state for 2 ranks resumed by 1 process: it warns, and takes rank
+    0's state (the run then repeats rank 0's); rank 1's entry, another state, is not used."""
+    import torch
+    from mmdet_ext.engine.hooks.exact_resume_hook import CHECKPOINT_KEY
+    from mmdet_ext.engine.rng_state import capture_rng_state, restore_rng_state
+    reference = tmp_path / 'reference'
+    _run(reference, 'two-ranks-reference', reference / 'losses.jsonl')
+    uninterrupted = read_losses(str(reference / 'losses.jsonl'))
+    losses = tmp_path / 'losses.jsonl'
+    with pytest.raises(SimulatedCrash):
+        _run(tmp_path, 'two-ranks-crash', losses, custom_hooks=[CrashAtEpoch(2)])
+    path = tmp_path / 'epoch_2.pth'
+    checkpoint = torch.load(path, weights_only=False)
+    saved = capture_rng_state()
+    torch.manual_seed(12345)
+    other = capture_rng_state()
+    restore_rng_state(saved)
+    checkpoint[CHECKPOINT_KEY]['rng'] = [checkpoint[CHECKPOINT_KEY]['rng'][0], other]
+    torch.save(checkpoint, path)
+    records = []
+
+    class RecordLog(Hook):
+        handler = logging.Handler()
+        handler.emit = records.append
+
+        def before_run(self, runner) -> None:
+            runner.logger.addHandler(self.handler)
+
+        def after_run(self, runner) -> None:
+            runner.logger.removeHandler(self.handler)
+
+    _run(tmp_path, 'two-ranks-resume', losses, resume=True, seed=None, custom_hooks=[RecordLog()])
+    assert read_losses(str(losses)) == uninterrupted
+    assert [r.getMessage() for r in records if 'ranks, this run has' in r.getMessage()] == [
+        "ExactResumeHook: checkpoint has RNG state for 2 ranks, this run has 1; every rank "
+        "takes rank 0's, so the run will not repeat exactly."]
