@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 from mmdet_ext import (FastDetDataPreprocessor, LazyCocoDataset, LoadLazyAnnotations,
                        NativeLoadResizeFlip, fast_collate)
 from mmdet_ext import worker_buffers
+from mmdet_ext.toy_data import make_toy_coco
 from mmdet_ext.engine import DevicePrefetcher, RecordingStreams
 from mmdet_ext.transforms import DEFERRED_META_KEYS
 from helpers.build import needs_native_decoding
@@ -188,18 +189,35 @@ def test_prefetcher_hands_out_every_batch_in_order(toy_coco_root):
     assert list(DevicePrefetcher(iter([]), streams)) == []
 
 
-def test_deferred_samples_without_their_record_are_refused(toy_coco_root):
+@pytest.mark.parametrize('size, scale', [(None, (1333, 800)), ((333, 250), (80, 60))],
+                         ids=['full-size-decode', 'reduced-decode-of-an-odd-width'])
+def test_deferred_samples_without_their_record_are_refused(toy_coco_root, tmp_path, size, scale):
     # The default meta_keys drop 'pending_warp': the images arrive unresized, and batching them
-    # as they are would train on the wrong pixels.
+    # as they are would train on the wrong pixels. At (80, 60) a 333x250 JPEG is decoded at 1/4:
+    # 84x63, its width rounded up.
+    root = toy_coco_root
+    if size is not None:
+        root = tmp_path / 'odd'
+        make_toy_coco(root, num_train=2, num_val=1, width=size[0], height=size[1])
     pipeline = [LoadLazyAnnotations(with_bbox=True, with_mask=True),
-                NativeLoadResizeFlip(scale=(1333, 800), keep_ratio=True, pixels_on='device'),
+                NativeLoadResizeFlip(scale=scale, keep_ratio=True, pixels_on='device'),
                 PackDetInputs()]
-    dataset = LazyCocoDataset(data_root=str(toy_coco_root),
+    dataset = LazyCocoDataset(data_root=str(root),
                               ann_file='annotations/instances_train.json',
                               data_prefix=dict(img='train/'), metainfo=dict(classes=CLASSES),
                               pipeline=pipeline)
-    with pytest.raises(ValueError, match="'pending_warp' in its meta_keys"):
-        fast_collate(_samples(dataset, count=2))
+    samples = _samples(dataset, count=2)
+    with pytest.raises(ValueError) as info:
+        fast_collate(samples)
+    metainfo = samples[0]['data_samples'].metainfo
+    assert str(info.value) == (
+        f"fast_collate: sample 0 ({metainfo['img_path']}) has an image of its decoded size "
+        f"{tuple(samples[0]['inputs'].shape[1:])} but the metainfo of a "
+        f"{tuple(metainfo['img_shape'][:2])} image. With NativeLoadResizeFlip("
+        "pixels_on='device'), PackDetInputs must carry 'pending_warp' in its meta_keys "
+        '(mmdet_ext.transforms.DEFERRED_META_KEYS).')
+    if size is not None:
+        assert samples[0]['inputs'].shape[1:] == (63, 84)
 
 
 def test_the_old_spellings_are_defer_with_one_warning(monkeypatch):
