@@ -168,3 +168,19 @@ def test_preprocessor_without_normalisation_or_channel_swap(toy_coco_root):
     ours = FastDetDataPreprocessor(**options)(fast_collate(_mixed_size_batch(dataset)))
     reference = DetDataPreprocessor(**options)(pseudo_collate(_mixed_size_batch(dataset)))
     assert torch.equal(ours['inputs'], reference['inputs'])
+
+
+def test_images_end_to_end_in_one_storage_are_taken_as_one_buffer_and_nothing_else_is():
+    """The deferred path sends images that a worker decoded end to end into one buffer as that
+    buffer (no copy): a view of exactly their elements, wherever the first one starts. Images
+    at the same offsets of two storages, or with a gap, are not one buffer."""
+    from mmdet_ext.collate import _one_buffer
+    one = torch.arange(40, dtype=torch.uint8)
+    other = torch.arange(100, 140, dtype=torch.uint8)
+    images = [one[5:17].view(3, 2, 2), one[17:29].view(3, 2, 2)]
+    flat = _one_buffer(images)
+    assert flat is not None
+    assert flat.untyped_storage().data_ptr() == one.untyped_storage().data_ptr()
+    assert torch.equal(flat, torch.cat([image.reshape(-1) for image in images]))
+    assert _one_buffer([one[5:17].view(3, 2, 2), other[17:29].view(3, 2, 2)]) is None
+    assert _one_buffer([one[5:17].view(3, 2, 2), one[18:30].view(3, 2, 2)]) is None
