@@ -184,3 +184,15 @@ def test_images_end_to_end_in_one_storage_are_taken_as_one_buffer_and_nothing_el
     assert torch.equal(flat, torch.cat([image.reshape(-1) for image in images]))
     assert _one_buffer([one[5:17].view(3, 2, 2), other[17:29].view(3, 2, 2)]) is None
     assert _one_buffer([one[5:17].view(3, 2, 2), one[18:30].view(3, 2, 2)]) is None
+
+
+def test_images_in_the_slots_of_one_padded_batch_are_that_batch_and_nothing_else_is():
+    """The batched fetch decodes each image into the top left of its slot of one [B, C, H, W]
+    buffer: collate takes that buffer as the batch. The same slots of two buffers are not one."""
+    from mmdet_ext.collate import _padded_batch_of
+    one, other = torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.zeros(2, 3, 8, 8,
+                                                                          dtype=torch.uint8)
+    batch = _padded_batch_of([one[0, :, :5, :6], one[1, :, :7, :4]], 8, 8, 8, False)
+    assert batch is not None and batch.shape == (2, 3, 8, 8)
+    assert batch.untyped_storage().data_ptr() == one.untyped_storage().data_ptr()
+    assert _padded_batch_of([one[0, :, :5, :6], other[1, :, :7, :4]], 8, 8, 8, False) is None
