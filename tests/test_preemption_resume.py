@@ -64,13 +64,16 @@ def _loaded(work_dir, name: str) -> int:
 def test_signal_save_and_mid_epoch_resume_repeat_the_run(tmp_path, iter_based):
     full, cut = tmp_path / 'full', tmp_path / 'cut'
     # Reference without workers; the interrupted run with 2 persistent workers; the resumed one
-    # with 1: per-sample seeds make the data independent of who loads it.
+    # with 1: per-sample seeds make the data independent of who loads it. Epoch-based: 8 batches
+    # an epoch, so the signal lands at batch 6 of the second epoch (a position counted from an
+    # epoch's start, not from the run's); iteration-based: in the first data epoch.
+    at = 5 if iter_based else 13
     _run(full, 'full', workers=0, iter_based=iter_based)
     with pytest.raises(PreemptedExit) as stop:
         _run(cut, 'cut', workers=2, persistent=True, iter_based=iter_based,
-             hooks=[SignalSelfAt(5)])  # epoch-based: 8 batches an epoch, so mid-epoch 1
+             hooks=[SignalSelfAt(at)])
     assert stop.value.code == PREEMPTED_EXIT_CODE
-    assert (cut / 'last_checkpoint').read_text().endswith('iter_6.pth')
+    assert (cut / 'last_checkpoint').read_text().endswith(f'iter_{at + 1}.pth')
     _run(cut, 'resumed', workers=1, persistent=True, iter_based=iter_based, resume=True,
          seed=None)
     expected, got = read_losses(str(full / 'losses.jsonl')), read_losses(str(cut / 'losses.jsonl'))
@@ -80,7 +83,7 @@ def test_signal_save_and_mid_epoch_resume_repeat_the_run(tmp_path, iter_based):
     # The iteration-based one also what its worker prefetched (prefetch_factor 2 x 4 samples)
     # past the last iteration and into the iterator mmengine builds with the loop, before any
     # hook runs; a constant, where mmengine's replay would load all 6 skipped batches.
-    trained = 4 * (len(expected) - 6)
+    trained = 4 * (len(expected) - (at + 1))
     assert trained <= _loaded(cut, 'resumed') <= trained + (16 if iter_based else 0)
 
 
