@@ -2,13 +2,13 @@
 with OpenMMLab's resume (the loop replays the done batches with next()) and the fork's (one
 dataloader_iterator.skip_iter(n), or nothing with fast_forward_on_resume)."""
 import itertools
-import logging
 
 import pytest
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
-from helpers.tiny_runner import (LossRecorderHook, assert_iter_based_resume_repeats_the_run,
+from helpers.tiny_runner import (LossRecorderHook, RunnerLogRecorder,
+                                 assert_iter_based_resume_repeats_the_run,
                                  needs_fast_forward_on_resume, read_losses, tiny_runner_kwargs)
 from helpers.resumed_iterators import ids, loop_iterator, uninterrupted_ids
 from mmdet_ext.engine.hooks.exact_resume_hook import PrepaidIterator
@@ -150,20 +150,9 @@ def test_a_checkpoint_of_more_ranks_resumes_from_rank_zeros_state_and_says_so(tm
     restore_rng_state(saved)
     checkpoint[CHECKPOINT_KEY]['rng'] = [checkpoint[CHECKPOINT_KEY]['rng'][0], other]
     torch.save(checkpoint, path)
-    records = []
-
-    class RecordLog(Hook):
-        handler = logging.Handler()
-        handler.emit = records.append
-
-        def before_run(self, runner) -> None:
-            runner.logger.addHandler(self.handler)
-
-        def after_run(self, runner) -> None:
-            runner.logger.removeHandler(self.handler)
-
-    _run(tmp_path, 'two-ranks-resume', losses, resume=True, seed=None, custom_hooks=[RecordLog()])
+    log = RunnerLogRecorder()
+    _run(tmp_path, 'two-ranks-resume', losses, resume=True, seed=None, custom_hooks=[log])
     assert read_losses(str(losses)) == uninterrupted
-    assert [r.getMessage() for r in records if 'ranks, this run has' in r.getMessage()] == [
+    assert [m for m in log.messages() if 'ranks, this run has' in m] == [
         "ExactResumeHook: checkpoint has RNG state for 2 ranks, this run has 1; every rank "
         "takes rank 0's, so the run will not repeat exactly."]

@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 import random
+import re
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -108,6 +109,25 @@ def record_mmengine_log() -> Iterator[list[logging.LogRecord]]:
         logger.removeHandler(handler)
 
 
+class RunnerLogRecorder(Hook):
+    """Collects what ``runner.logger`` logs from ``before_run`` on (a Runner makes its own
+    logger, so :func:`record_mmengine_log` entered before it was built does not see it)."""
+
+    def __init__(self) -> None:
+        self.records: list[logging.LogRecord] = []
+        self._handler = logging.Handler()
+        self._handler.emit = self.records.append
+
+    def before_run(self, runner) -> None:
+        runner.logger.addHandler(self._handler)
+
+    def after_run(self, runner) -> None:
+        runner.logger.removeHandler(self._handler)
+
+    def messages(self) -> list[str]:
+        return [record.getMessage() for record in self.records]
+
+
 def read_losses(path: str) -> dict[int, float]:
     """Iteration -> loss from a :class:`LossRecorderHook` file (a rerun iteration: last wins)."""
     with open(path) as f:
@@ -191,8 +211,14 @@ def assert_iter_based_resume_repeats_the_run(tmp_path, save_at: int, hooks: Sequ
         run_iter_based(cut, 'cut', save_every=save_at, hooks=[*hooks, CrashAtIter(save_at + 1)],
                        loop_options=loop_options)
     assert (cut / 'last_checkpoint').read_text().endswith(f'iter_{save_at}.pth')
-    run_iter_based(cut, 'resumed', resume=True, seed=None, hooks=hooks,
+    log = RunnerLogRecorder()
+    run_iter_based(cut, 'resumed', resume=True, seed=None, hooks=[*hooks, log],
                    loop_options=loop_options)
     expected, got = read_losses(str(full / 'losses.jsonl')), read_losses(str(cut / 'losses.jsonl'))
     assert sorted(got) == sorted(expected) == list(range(14))
     assert got == expected
+    said = [m for m in log.messages() if m.startswith('ExactResumeHook: data continues at batch ')]
+    assert len(said) == 1 and re.fullmatch(
+        r"ExactResumeHook: data continues at batch \d+ of data epoch \d+; (mmengine's skip of "
+        r'\d+ batches is answered without loading them|fast_forward_on_resume is set, and this '
+        r'costs nothing)', said[0]), said
