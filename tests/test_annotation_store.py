@@ -27,6 +27,7 @@ from mmdet_ext.datasets import annotation_store
 from mmdet_ext.datasets.annotation_store import PROBLEMS_SUFFIX, write_store
 from mmdet_ext.datasets.coco_store_layout import LAYOUT_VERSION
 from mmdet_ext.engine.process_exit import exit_process
+from helpers.tiny_runner import record_mmengine_log
 
 KEY = bytes(range(32))
 REGRESSIONS = Path(__file__).parent / 'regressions'
@@ -267,14 +268,22 @@ def test_superseded_stores_are_deleted_and_nothing_else_is_left(toy_coco_root, t
     leftover = Path(first + '.tmp.4242')  # what a builder killed mid-write leaves
     leftover.write_bytes(b'half a store')
     _edit_json(ann_file, 5)
-    open_store(ann_file)
+    second = open_store(ann_file).path
     _edit_json(ann_file, 3)
-    newest = open_store(ann_file)
+    with record_mmengine_log() as records:
+        newest = open_store(ann_file)
     digest = hashlib.sha256(open(ann_file, 'rb').read()).hexdigest()
     assert os.path.basename(newest.path) == f'instances_train.json.{digest[:12]}.mdxstore'
     assert sorted(os.listdir(tmp_path)) == sorted(['instances_train.json',
                                                    os.path.basename(newest.path)])
     assert newest.num_instances == 3 and newest.key == bytes.fromhex(digest)
+    assert [r.getMessage() for r in records if r.getMessage().startswith('Deleted')] == [
+        f'Deleted the annotation store {second}: its json has changed']
+    # A builder of the current json killed mid-write: its leftover goes at the next open.
+    Path(newest.path + '.tmp.4343').write_bytes(b'half a store')
+    open_store(ann_file)
+    assert sorted(os.listdir(tmp_path)) == sorted(['instances_train.json',
+                                                   os.path.basename(newest.path)])
 
 
 def test_a_store_open_in_this_process_is_kept_until_released(toy_coco_root, tmp_path):
@@ -433,3 +442,13 @@ def test_folder_lock_falls_back_to_a_transient_lock_file(toy_coco_root, tmp_path
     store = open_store(ann_file)
     assert sorted(os.listdir(tmp_path)) == sorted(['instances_train.json',
                                                    os.path.basename(store.path)])
+
+
+def test_a_store_built_with_the_defaults_names_images_by_file_name(toy_coco_root, tmp_path):
+    """As tools/fuzz/make_seeds.py builds one: no validation, the json's ``file_name``."""
+    ann_file = toy_coco_root / 'annotations' / 'instances_train.json'
+    store = annotation_store.build_store(ann_file.read_bytes(), str(tmp_path / 'a.mdxstore'),
+                                         bytes(32))
+    images = json.loads(ann_file.read_text())['images']
+    assert [store.file_name(row) for row in range(store.num_images)] == \
+        [image['file_name'] for image in images]
