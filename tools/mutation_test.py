@@ -74,7 +74,9 @@ NAMED_ONLY = [
       'not concurrent_builders and not two_workers and not gloo_ranks and not spawn']),
     ('mmdet_ext/transforms/fused_loading.py,mmdet_ext/transforms/loading.py,'
      'mmdet_ext/transforms/fused_mmdet_loading.py',
-     ['tests/test_fused_loading.py', 'tests/test_loading.py', 'tests/test_conformance_loading.py']),
+     ['tests/test_fused_loading.py', 'tests/test_loading.py', 'tests/test_conformance_loading.py',
+      'tests/test_deferred_pixels.py', 'tests/test_gpu_decode.py', 'tests/test_decode_image.py',
+      'tests/test_batched_mmdet_pipeline.py', '-k', 'not training_on_batched']),
     ('mmdet_ext/structures/lazy_masks.py',
      ['tests/test_lazy_masks.py', 'tests/test_lazy_masks_input.py',
       'tests/test_conformance_masks.py', 'tests/test_lazy_mask_targets.py']),
