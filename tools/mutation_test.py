@@ -156,14 +156,12 @@ def copy_tree(dest: str) -> None:
         sys.exit('build mmdet_ext first: no mmdet_ext/_C*.so or _build_config.json')
     for rel in [f for f in files if f] + [os.path.join('mmdet_ext', f) for f in built]:
         src = os.path.join(REPO, rel)
-        if os.path.isfile(src):
+        if os.path.islink(src):  # a tracked link (mmdet_ext/.mim/configs), kept a link
+            os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+            os.symlink(os.readlink(src), os.path.join(dest, rel))
+        elif os.path.isfile(src):
             os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
             shutil.copy2(src, os.path.join(dest, rel))
-    # The build's package data (mmdet_ext/.mim: links to configs/ and model-index.yml), which
-    # the `mmdet_ext::` config scope of an adopted config resolves through.
-    mim = os.path.join(REPO, 'mmdet_ext', '.mim')
-    if os.path.isdir(mim):
-        shutil.copytree(mim, os.path.join(dest, 'mmdet_ext', '.mim'), symlinks=True)
 
 
 PROGRESS = re.compile(r'(\d+)/(\d+)\s+KILLED (\d+)\s+TIMEOUT (\d+)\s+SUSPICIOUS (\d+)\s+'
