@@ -229,6 +229,9 @@ def test_the_old_spellings_are_defer_with_one_warning(monkeypatch):
                            (dict(pixels_on='device', decode_on='device'), 'decode')):
             transform = NativeLoadResizeFlip(scale=(10, 10), **old)
             assert transform.defer == defer
+            # ... and reads back as it was spelled
+            assert (transform.pixels_on, transform.decode_on) == \
+                (old['pixels_on'], old.get('decode_on', 'worker'))
             assert repr(transform) == repr(NativeLoadResizeFlip(scale=(10, 10), defer=defer))
     warnings = [r.getMessage() for r in records if 'spelled defer' in r.getMessage()]
     assert warnings == ["NativeLoadResizeFlip: pixels_on='worker', decode_on=None is spelled "

@@ -183,3 +183,17 @@ def test_exif_rotated_jpeg_is_sized_like_mmdet(tmp_path):
     np.testing.assert_array_equal(
         NativeLoadResizeFlip(**resize, reduced_decode=False)(dict(img_path=str(path)))['img'],
         reference['img'])
+
+
+def test_an_image_of_another_size_than_its_masks_is_refused_by_name(tmp_path):
+    """The annotation file declares another size than the image has: its masks would not fit."""
+    from mmdet.structures.mask import BitmapMasks
+    path = tmp_path / 'a.png'
+    cv2.imwrite(str(path), np.zeros((24, 32, 3), np.uint8))
+    results = dict(img_path=str(path), gt_masks=BitmapMasks(np.zeros((1, 20, 30), np.uint8),
+                                                            20, 30))
+    with pytest.raises(ImageLoadError) as info:
+        NativeLoadResizeFlip(scale=(64, 48))(results)
+    assert str(info.value) == (
+        f'NativeLoadResizeFlip: {path} is 32x24 but its masks are 30x20 (the annotation file '
+        'declares another image size; tools/validate_coco.py lists such images)')
