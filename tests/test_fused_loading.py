@@ -197,3 +197,19 @@ def test_an_image_of_another_size_than_its_masks_is_refused_by_name(tmp_path):
     assert str(info.value) == (
         f'NativeLoadResizeFlip: {path} is 32x24 but its masks are 30x20 (the annotation file '
         'declares another image size; tools/validate_coco.py lists such images)')
+
+
+def test_plan_writes_what_transform_writes_also_for_boxes_given_as_arrays(tmp_path):
+    """mmdet's LoadAnnotations(box_type=None) gives boxes as an ndarray: the batched fetch's
+    plan (every key but the pixels) takes them as transform does, and gives an ndarray back."""
+    path = tmp_path / 'a.jpg'
+    cv2.imwrite(str(path), np.random.default_rng(0).integers(0, 255, (48, 64, 3), np.uint8))
+    boxes = np.array([[1.0, 2.0, 30.0, 20.0], [10.0, 5.0, 60.0, 47.0]], np.float32)
+    transform = NativeLoadResizeFlip(scale=(32, 24), keep_ratio=True, prob=1.0)
+    planned, done = dict(img_path=str(path), gt_bboxes=boxes.copy()), \
+        dict(img_path=str(path), gt_bboxes=boxes.copy())
+    assert transform.plan(planned) is not None
+    transform(done)
+    assert isinstance(planned['gt_bboxes'], np.ndarray)
+    np.testing.assert_array_equal(planned['gt_bboxes'], done['gt_bboxes'])
+    assert planned.keys() == done.keys()
