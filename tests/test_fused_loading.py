@@ -213,3 +213,27 @@ def test_plan_writes_what_transform_writes_also_for_boxes_given_as_arrays(tmp_pa
     assert isinstance(planned['gt_bboxes'], np.ndarray)
     np.testing.assert_array_equal(planned['gt_bboxes'], done['gt_bboxes'])
     assert planned.keys() == done.keys()
+
+
+@pytest.mark.parametrize('boxes', ['none', 'float64'])
+@pytest.mark.parametrize('direction', ['horizontal', 'vertical', 'diagonal'])
+def test_a_flip_without_boxes_or_of_float64_boxes_is_mmdets(toy_coco_root, boxes, direction):
+    """Only float32 HorizontalBoxes take the numpy flip; a sample without boxes (an unlabelled
+    image) or with float64 ones is flipped as mmdet flips it."""
+    from mmdet.structures.bbox import HorizontalBoxes
+    sample = _annotated(toy_coco_root)[0]
+    del sample['gt_masks']
+    if boxes == 'none':
+        del sample['gt_bboxes']
+    else:
+        sample['gt_bboxes'] = HorizontalBoxes(sample['gt_bboxes'].tensor.double())
+    resize, flip = dict(scale=(200, 150), keep_ratio=True), dict(prob=1.0, direction=direction)
+    reference = _mmdet(copy.deepcopy(sample), resize, flip)
+    ours = NativeLoadResizeFlip(**resize, **flip, reduced_decode=False)(copy.deepcopy(sample))
+    np.testing.assert_array_equal(ours['img'], reference['img'])
+    assert ours['flip_direction'] == reference['flip_direction'] == direction
+    if boxes == 'none':
+        assert 'gt_bboxes' not in ours
+    else:
+        assert ours['gt_bboxes'].tensor.dtype == torch.float64
+        assert ours['gt_bboxes'].tensor.equal(reference['gt_bboxes'].tensor)
