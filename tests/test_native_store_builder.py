@@ -50,6 +50,8 @@ def _polygons(sections: dict) -> list:
     offsets = sections['poly_part_offsets']
     out = []
     for kind, (start, end) in zip(sections['mask_kind'], sections['mask_range'].tolist()):
+        if kind == 1:  # a range of parts: inside the pool (Python's negative indices would wrap)
+            assert 0 <= start <= end < len(offsets), (start, end, len(offsets))
         out.append([coords[offsets[p]:offsets[p + 1]].tolist() for p in range(start, end)]
                    if kind == 1 else (start, end))
     return out
@@ -159,6 +161,10 @@ def test_hand_made_records_same_report_and_store(tmp_path):
          'segmentation': [[1, 1, 1e30, 1, 3, 3]]},                     # beyond the rasteriser
         {'id': 'x', 'image_id': 2, 'category_id': 1, 'bbox': [1, 1, 2, 2]},
         {'id': 3, 'image_id': 2, 'category_id': 1, 'bbox': [1, 1, 2, 2]},     # duplicate id
+        # kept from Python (an integral float category id is converted), after dropped regular
+        # polygons: its parts move down by the dropped ones' count
+        {'id': 19, 'image_id': 1, 'category_id': 1.0, 'bbox': [1, 1, 4, 4], 'area': 9,
+         'iscrowd': 0, 'segmentation': [[1, 1, 5, 1, 5, 5], [2, 2, 4, 2, 4, 4, 2, 4]]},
     ]
     coco['images'] += [{'id': 3, 'file_name': 'c.jpg', 'height': '40', 'width': 60},
                        {'id': 4, 'file_name': '', 'height': 40, 'width': 60},
