@@ -142,9 +142,7 @@ SAVE_EVERY_ITER = textwrap.dedent('''
 
     import torch
     import torch.nn as nn
-    from mmengine.fileio import BaseStorageBackend, FileClient, register_backend
-from mmengine.hooks import Hook
-from mmengine.runner import Runner
+    from mmengine.runner import Runner
 
     from helpers.tiny_runner import TinyConvNet, tiny_runner_kwargs
 
