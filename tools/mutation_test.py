@@ -11,12 +11,12 @@ safety claims, each against a chosen fast subset of the tests.
     python tools/mutation_test.py --ids 289-362 lazy_masks       # those mutants (1-based, in
                                                     # mutmut's order: its ids on a fresh cache)
 
-A module too big for the hour on 2 cores (collate.py, the store reader, the loaders: 100-480
-mutants each at 10-20 s) is scored on a sample: ``--sample K`` draws K of its mutants with
-``random.Random(seed)``, applies each with mutmut's own mutation operators (``mutmut.mutate``, the
-same mutants ``mutmut run`` makes, numbered as it numbers them), runs the module's tests through
-the same fork server, and reports the killed fraction with its 95% Wilson interval for the whole
-module. A mutant whose tests outlast three times the unmutated run (at least 60 s) is a timeout.
+A module too big for the hour on 2 cores (collate.py, the store reader, the loaders: hundreds of
+mutants each; benchmarks/results/mutation.md) is scored on a sample: ``--sample K`` draws K of
+its mutants with ``random.Random(seed)``, applies each with mutmut's own mutation operators
+(``mutmut.mutate``, the same mutants ``mutmut run`` makes, numbered as it numbers them), runs the
+module's tests through the same fork server, and reports the killed fraction with its 95% Wilson
+interval for the whole module. A mutant whose tests outlast three times the unmutated run (at least 60 s) is a timeout.
 
 The working tree is never touched: the tracked files (plus the built ``mmdet_ext/_C*.so`` and
 ``_build_config.json``, which must be present) are copied into a temporary directory, and mutmut
@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -139,13 +140,10 @@ def serve(path: str) -> None:
 
 
 def client(path: str, args: list) -> int:
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(path)
-    conn.sendall((json.dumps({'args': PYTEST_ARGS + args}) + '\n').encode())
-    reply = conn.makefile().readline()
     # mutmut 2 counts a mutant killed only on exit code 1 (tests_pass: `returncode != 1`); a
     # collection error (pytest's 2) or a mutant that cannot be imported fails the tests too.
-    return 1 if not reply or int(reply) != 0 else 0
+    # mutmut itself times the run out (it kills this process).
+    return 0 if timed_run(path, args, None) == 'survived' else 1
 
 
 def copy_tree(dest: str) -> None:
@@ -206,8 +204,9 @@ def mutated_source(work: str, path: str, ident) -> str:
     return text
 
 
-def timed_run(sock: str, args: list, timeout: float):
-    """Runs the tests once through the fork server: 'killed', 'survived' or 'timeout'."""
+def timed_run(sock: str, args: list, timeout: Optional[float]) -> str:
+    """Runs the tests once through the fork server: 'killed' (pytest did not exit 0),
+    'survived' or 'timeout' (after ``timeout`` s; None: no limit)."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(sock)
     conn.settimeout(timeout)
@@ -242,8 +241,7 @@ def parse_ids(text: str) -> list:
 def sampled(chosen: list, sample: int, seed: int, ids: list) -> int:
     import difflib
     import random
-    work, server, log = start_server()
-    sock = os.path.join(work, '.mutation.sock')
+    work, sock, server, log = start_server()
     try:
         summary = []
         for module, tests in chosen:
@@ -297,8 +295,9 @@ def work_env(work: str) -> dict:
     return dict(os.environ, PYTHONPATH=work, PYTHONDONTWRITEBYTECODE='1')
 
 
-def start_server():
-    """Copies the tree into a temporary directory and starts the fork server there."""
+def start_server() -> tuple:
+    """Copies the tree into a temporary directory and starts the fork server there: (the
+    directory, the server's socket, the server, its log)."""
     work = tempfile.mkdtemp(prefix='mmdet_ext_mutation_')
     copy_tree(work)
     sock = os.path.join(work, '.mutation.sock')
@@ -309,7 +308,7 @@ def start_server():
         if server.poll() is not None:
             sys.exit(f'the fork server died: see {log.name}')
         time.sleep(0.5)
-    return work, server, log
+    return work, sock, server, log
 
 
 def stop_server(work: str, server, log) -> None:
@@ -322,11 +321,15 @@ def stop_server(work: str, server, log) -> None:
         print('kept', work)
 
 
-def main(words: list) -> int:
-    chosen = MODULES if not words else \
+def chosen_modules(words: list) -> list:
+    """MODULES, or those of MODULES and NAMED_ONLY whose path contains a word given."""
+    return MODULES if not words else \
         [(m, t) for m, t in MODULES + NAMED_ONLY if any(w in m for w in words)]
-    work, server, log = start_server()
-    sock = os.path.join(work, '.mutation.sock')
+
+
+def main(words: list) -> int:
+    chosen = chosen_modules(words)
+    work, sock, server, log = start_server()
     env = work_env(work)
     try:
         summary = []
@@ -385,7 +388,6 @@ if __name__ == '__main__':
                 words.append(word)
         if not options:
             sys.exit(main(words))
-        chosen = [(m, t) for m, t in MODULES + NAMED_ONLY if any(w in m for w in words)]
-        sys.exit(sampled(chosen, int(options.get('--sample', 10 ** 9)),
+        sys.exit(sampled(chosen_modules(words), int(options.get('--sample', 10 ** 9)),
                          int(options.get('--seed', 0)), parse_ids(options.get('--ids', ''))
                          if '--ids' in options else []))
