@@ -16,7 +16,8 @@ mutants each; benchmarks/results/mutation.md) is scored on a sample: ``--sample 
 its mutants with ``random.Random(seed)``, applies each with mutmut's own mutation operators
 (``mutmut.mutate``, the same mutants ``mutmut run`` makes, numbered as it numbers them), runs the
 module's tests through the same fork server, and reports the killed fraction with its 95% Wilson
-interval for the whole module. A mutant whose tests outlast three times the unmutated run (at least 60 s) is a timeout.
+interval for the whole module. A mutant whose tests outlast three times the unmutated run (at
+least 60 s) is a timeout.
 
 The working tree is never touched: the tracked files (plus the built ``mmdet_ext/_C*.so`` and
 ``_build_config.json``, which must be present) are copied into a temporary directory, and mutmut
