@@ -211,14 +211,13 @@ STORAGE_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.float1
 def test_every_storage_type_loads_as_saved_through_the_size_check(tmp_path):
     """The storage size check knows each storage type's item size: a checkpoint holding every
     one (and an untyped storage) loads, mapped, equal to what was saved."""
-    dtypes = STORAGE_DTYPES
-    saved = {str(dtype): torch.arange(5).to(dtype) for dtype in dtypes}
+    saved = {str(dtype): torch.arange(5).to(dtype) for dtype in STORAGE_DTYPES}
     saved['untyped'] = torch.UntypedStorage(7)
     saved['untyped'].fill_(3)
     path = tmp_path / 'dtypes.pth'
     torch.save(saved, path)
     loaded = load_checkpoint_to_cpu(str(path))
-    for dtype in dtypes:
+    for dtype in STORAGE_DTYPES:
         assert loaded[str(dtype)].dtype == dtype and torch.equal(loaded[str(dtype)],
                                                                  saved[str(dtype)])
     assert bytes(loaded['untyped']) == bytes([3] * 7)
