@@ -32,8 +32,8 @@ from mmengine.dataset import pseudo_collate
 from . import worker_buffers
 from .ops import FLIP_CODES
 from .registry import FUNCTIONS
-from .rounding import padded_size
-from .transforms.fused_loading import DECODED_SHAPE_KEY, JPEG_SCALE_DENOMS, PENDING_WARP_KEY
+from .rounding import JPEG_SCALE_DENOMS, padded_size, reduced_size
+from .transforms.fused_loading import DECODED_SHAPE_KEY, PENDING_WARP_KEY
 
 
 # Set by the batched fetch on each image it decodes into a slot of a padded batch: the slots'
@@ -166,7 +166,7 @@ def _check_images_have_their_shape(data_batch: Sequence) -> None:
         if 'ori_shape' not in metainfo or 'img_shape' not in metainfo:
             continue
         height, width = metainfo['ori_shape'][:2]
-        decoded_sizes = [(-(-height // d), -(-width // d)) for d in JPEG_SCALE_DENOMS + (1,)]
+        decoded_sizes = [reduced_size(height, width, d) for d in JPEG_SCALE_DENOMS]
         image_shape = tuple(sample['inputs'].shape[1:])
         claimed = [tuple(metainfo[key][:2]) for key in ('img_shape', 'pad_shape')
                    if key in metainfo]

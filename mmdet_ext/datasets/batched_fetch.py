@@ -205,7 +205,8 @@ class BatchedFetcher:
             finally:
                 if any(seed is not None for seed in seeds):
                     restore()  # as seeded_rngs leaves them after each sample, whatever happens
-        return [load_seeded(self.dataset, index, seed) for index, seed in zip(indices, seeds)]
+        return [load_seeded(self.dataset.load_sample, index, seed)
+                for index, seed in zip(indices, seeds)]
 
     def _fetch(self, indices: Sequence[int], seeds: list) -> list:
         if self.columns is not None:

@@ -186,6 +186,19 @@ class LazyCocoDataset(BaseDetDataset):
         """The pipeline's output for ``idx``; a failure goes through ``self.bad_samples``."""
         return self.load_guarded(idx, super().prepare_data)
 
+    def __getitem__(self, idx: int) -> Any:
+        """Sample ``idx``: a batch of one through the batched fetch where it recognises the
+        pipeline (the same code and bytes as in a batch), else ``load_sample``."""
+        if not dataset_fully_initialized(self):
+            self.full_init()
+        fetcher = self._batched_fetcher()
+        return self.load_sample(idx) if fetcher is None else fetcher.fetch([idx])[0]
+
+    def load_sample(self, idx: int) -> Any:
+        """mmdet's ``__getitem__``: the pipeline transform by transform. The path of a pipeline
+        the batched fetch does not recognise, and of a batch it cannot make exactly."""
+        return super().__getitem__(idx)
+
     def __getitems__(self, indices: Sequence[int]) -> list:
         """The DataLoader's batched fetch: ``fetch_batch(indices)``."""
         return self.fetch_batch(indices)
@@ -200,7 +213,8 @@ class LazyCocoDataset(BaseDetDataset):
         fetcher = self._batched_fetcher()
         if fetcher is None:
             seeds = [None] * len(indices) if seeds is None else seeds
-            samples = [load_seeded(self, index, seed) for index, seed in zip(indices, seeds)]
+            samples = [load_seeded(self.load_sample, index, seed)
+                       for index, seed in zip(indices, seeds)]
         else:
             samples = fetcher.fetch(indices, seeds)
         if self.batched_fetch and torch.utils.data.get_worker_info() is not None:

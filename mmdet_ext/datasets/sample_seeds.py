@@ -67,7 +67,7 @@ class PerSampleSeedDataset(Dataset):
     def __getitem__(self, key: Any) -> Any:
         if not isinstance(key, SeededKey):
             return self.dataset[key]
-        return load_seeded(self.dataset, key.index, key.seed)
+        return load_seeded(self.dataset.__getitem__, key.index, key.seed)
 
     def __getitems__(self, keys: list) -> list:
         """A batch, each sample under its seed: batched where the dataset, or what mmengine's

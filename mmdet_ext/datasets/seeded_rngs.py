@@ -3,7 +3,7 @@ CPU RNG seeded, and put back afterwards (``sample_seeds.py`` says why and where 
 from)."""
 import contextlib
 import random
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -38,9 +38,10 @@ def seeded_rngs(seed: int) -> Iterator[None]:
         torch.set_rng_state(torch_cpu)
 
 
-def load_seeded(dataset: Any, index: int, seed: Optional[int]) -> Any:
-    """``dataset[index]``, under ``seeded_rngs(seed)`` when a seed is given."""
+def load_seeded(load: Callable[[int], Any], index: int, seed: Optional[int]) -> Any:
+    """``load(index)`` (a dataset's ``__getitem__``, or its per-sample path), under
+    ``seeded_rngs(seed)`` when a seed is given."""
     if seed is None:
-        return dataset[index]
+        return load(index)
     with seeded_rngs(seed):
-        return dataset[index]
+        return load(index)

@@ -39,7 +39,7 @@ def fetch_batch(dataset: Any, indices: Sequence[int], seeds: Optional[Sequence[i
         return _fetch_concatenated(dataset, indices, seeds)
     _log_once(type(dataset).__name__, 'without seeds' if isinstance(dataset, ConcatDataset)
               else 'it has no fetch_batch')
-    return [load_seeded(dataset, index, None if seeds is None else seeds[k])
+    return [load_seeded(dataset.__getitem__, index, None if seeds is None else seeds[k])
             for k, index in enumerate(indices)]
 
 

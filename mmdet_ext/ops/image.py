@@ -6,6 +6,7 @@ import torch
 
 from .._native import _C  # noqa: F401  (registers the schema the fake kernel attaches to)
 from .._torch_compat import register_fake
+from ..rounding import JPEG_SCALE_DENOMS
 from .pixels import FLIP_CODES, INTERPOLATIONS
 
 # cv::ImreadModes values, spelled the way mmcv's ``imfrombytes(flag=...)`` spells them.
@@ -17,7 +18,7 @@ IMREAD_FLAGS = {
     'grayscale_ignore_orientation': 0 | 128,
 }
 
-SCALE_DENOMS = (1, 2, 4, 8)  # libjpeg's reduced-size DCT decoding, cv2.IMREAD_REDUCED_*_N
+SCALE_DENOMS = JPEG_SCALE_DENOMS  # libjpeg's reduced-size DCT decoding (rounding.py)
 
 
 def decode_image(data: torch.Tensor, color_type: str = 'color', scale_denom: int = 1,

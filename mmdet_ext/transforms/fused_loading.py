@@ -15,13 +15,11 @@ from .._compat import choose_flip_direction, record_homography, resize_annotatio
 from ..io import DEFAULT_MAX_PIXELS, ImageHeader
 from ..ops import warp_image
 from ..registry import TRANSFORMS
-from ..rounding import ceil_div
+from ..rounding import JPEG_SCALE_DENOMS, reduced_size
 from .box_geometry import (FLIP_DIRECTIONS, fast_boxes, flip_boxes, rescale_and_clip,
                            resizes_boxes_as_mmdet)
 from .loading import ImageLoadError, decode_file_bytes, read_image_bytes
 
-# libjpeg decodes at 1/2, 1/4 and 1/8 of the size almost for free (it skips DCT coefficients).
-JPEG_SCALE_DENOMS = (8, 4, 2)
 # Where the pixels are finished, the one knob: None, decoded, resized and flipped here (in the
 # DataLoader worker); 'resize', decoded here, resized and flipped by the data preprocessor on the
 # model's device (resize_normalize_batch, these interpolations bit for bit); 'decode', decoded
@@ -218,57 +216,17 @@ class NativeLoadResizeFlip(BaseTransform):
         """The largest JPEG reduction whose output still covers the target size."""
         if not self.reduced_decode or header is None or header.format != 'jpeg':
             return 1
-        for denom in JPEG_SCALE_DENOMS:
-            if ceil_div(header.width, denom) >= out_w and ceil_div(header.height, denom) >= out_h:
-                return denom
-        return 1
+        covering = [denom for denom in JPEG_SCALE_DENOMS
+                    if all(side >= out for side, out in
+                           zip(reduced_size(header.height, header.width, denom), (out_h, out_w)))]
+        return max(covering, default=1)  # none covers an enlarging target: full size
 
     @autocast_box_type()
     def transform(self, results: dict) -> Optional[dict]:
-        if self.decode_on == 'device':
-            return self._transform_encoded(results)
-        try:
-            loaded = self._load(results['img_path'])
-        except ImageLoadError as err:
-            if self.ignore_empty:
-                return None
-            raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
-        image, size, scale, out_size = loaded
-        self._apply(results, image, size, scale, out_size)
-        return results
-
-    def _transform_encoded(self, results: dict) -> Optional[dict]:
-        """``transform`` with ``decode_on='device'``: every key from the header, ``img`` the
-        file's bytes as a 1xN image, which ``PackDetInputs`` makes Tensor[1, 1, N] without a
-        copy."""
-        encoded = self._apply_encoded(results)
-        if encoded is None:
-            return None
-        results['img'] = encoded.numpy().reshape(1, -1)
-        return results
-
-    def _apply_encoded(self, results: dict) -> Optional[torch.Tensor]:
-        """Read the file and write every result key but ``img``, with the (h, w, 3) the file
-        decodes to in ``pending_warp['decoded_shape']``: from the header where it tells
-        (``plannable``), else from a decode. Returns the file's bytes, or None where
-        ``transform`` returns None."""
-        filename = results['img_path']
-        try:
-            encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
-            if plannable(header, self.color_type, results):
-                size = (header.width, header.height)
-            else:
-                image = decode_file_bytes(encoded, filename, self.color_type,
-                                          max_pixels=self.max_pixels)
-                size = (image.shape[1], image.shape[0])
-        except ImageLoadError as err:
-            if self.ignore_empty:
-                return None
-            raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
-        self._apply(results, None, size, *self._target_size(*size))
-        width, height = size
-        results[PENDING_WARP_KEY][DECODED_SHAPE_KEY] = (height, width, 3)
-        return encoded
+        """``plan`` with the image decoded now, then ``finish``: one sample is a batch of one,
+        the same code and the same bytes."""
+        pending = self._plan(results, decode_now=True)
+        return None if pending is None else self.finish(results, pending.decoded)
 
     @autocast_box_type()
     def plan(self, results: dict) -> Optional[PendingDecode]:
@@ -284,13 +242,18 @@ class NativeLoadResizeFlip(BaseTransform):
         a ``color_type`` whose channel count only the decoder knows) is decoded here, as
         ``transform`` decodes it.
         """
+        return self._plan(results, decode_now=False)
+
+    def _plan(self, results: dict, decode_now: bool) -> Optional[PendingDecode]:
+        """``plan``; ``decode_now``: decode the image here whatever the header says (then
+        ``PendingDecode.decoded`` holds it, warped as ``finish`` takes it)."""
         filename = results['img_path']
         if self.decode_on == 'device':
             return self._plan_encoded(results)
         image = None
         try:
             encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
-            if not plannable(header, self.color_type, results):
+            if decode_now or not plannable(header, self.color_type, results):
                 image, size, scale, out_size = self._decode(encoded, header, filename)
                 encoded, denom = None, 1
                 shape = (image.shape[2], *image.shape[:2])
@@ -298,13 +261,13 @@ class NativeLoadResizeFlip(BaseTransform):
                 size = (header.width, header.height)
                 scale, out_size = self._target_size(*size)
                 denom = self._scale_denom(header, *out_size)
-                shape = (PLANNED_CHANNELS[self.color_type], ceil_div(header.height, denom),
-                         ceil_div(header.width, denom))
+                shape = (PLANNED_CHANNELS[self.color_type],
+                         *reduced_size(header.height, header.width, denom))
         except ImageLoadError as err:
             if self.ignore_empty:
                 return None
             raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
-        warp = self._apply(results, None, size, scale, out_size)
+        warp = self._apply(results, size, scale, out_size)
         if self.pixels_on == 'device':
             return PendingDecode(filename, encoded, denom, shape,
                                  None if image is None else image.permute(2, 0, 1))
@@ -312,13 +275,28 @@ class NativeLoadResizeFlip(BaseTransform):
         return PendingDecode(filename, encoded, denom, shape, decoded, warp)
 
     def _plan_encoded(self, results: dict) -> Optional[PendingDecode]:
-        """``plan`` with ``decode_on='device'``: nothing to decode here; the bytes are the
-        'image' (1, 1, N) that goes into the batch's buffer."""
-        encoded = self._apply_encoded(results)
-        if encoded is None:
-            return None
+        """``plan`` with ``decode_on='device'``: every result key but ``img``, with the (h, w, 3)
+        the file decodes to in ``pending_warp['decoded_shape']`` (from the header where it
+        tells, ``plannable``, else from a decode); the file's bytes are the 'image' (1, 1, N)
+        that goes into the batch's buffer."""
+        filename = results['img_path']
+        try:
+            encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
+            if plannable(header, self.color_type, results):
+                size = (header.width, header.height)
+            else:
+                image = decode_file_bytes(encoded, filename, self.color_type,
+                                          max_pixels=self.max_pixels)
+                size = (image.shape[1], image.shape[0])
+        except ImageLoadError as err:
+            if self.ignore_empty:
+                return None
+            raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
+        self._apply(results, size, *self._target_size(*size))
+        width, height = size
+        results[PENDING_WARP_KEY][DECODED_SHAPE_KEY] = (height, width, 3)
         shape = (1, 1, encoded.numel())
-        return PendingDecode(results['img_path'], None, 1, shape, encoded.view(shape))
+        return PendingDecode(filename, None, 1, shape, encoded.view(shape))
 
     @autocast_box_type()
     def plan_geometry(self, results: dict) -> Warp:
@@ -326,23 +304,23 @@ class NativeLoadResizeFlip(BaseTransform):
         every key but ``img`` (the resize to ``self.resize``'s scale, the flip drawn here, the
         annotations resized and flipped). Returns the warp its pixels need."""
         height, width = results['ori_shape']
-        return self._apply(results, None, (width, height), *self._target_size(width, height))
+        return self._apply(results, (width, height), *self._target_size(width, height))
 
     def finish(self, results: dict, image: torch.Tensor) -> dict:
         """``results`` of ``plan`` with its image (Tensor[C, H, W] uint8 of the shape ``plan``
         said, ``PendingDecode.out_shape``): as ``transform`` leaves them."""
         if self.decode_on == 'device':
-            results['img'] = image[0].numpy()  # the bytes, 1xN, as _transform_encoded
+            results['img'] = image[0].numpy()  # the bytes, 1xN
         elif self.pixels_on == 'device':
             self._set_deferred_image(results, image.permute(1, 2, 0).numpy())
         else:
             self._set_warped_image(results, image.numpy())
         return results
 
-    def _apply(self, results: dict, image: Optional[torch.Tensor], size: tuple[int, int],
-               scale: tuple, out_size: tuple[int, int]) -> Warp:
-        """Write every result key from the loaded image (an HxWxC tensor; None: only its
-        geometry, the pixels come later through ``finish``); returns the image's warp."""
+    def _apply(self, results: dict, size: tuple[int, int], scale: tuple,
+               out_size: tuple[int, int]) -> Warp:
+        """Write every result key but the pixels (``finish`` puts them in) for an image of
+        ``size`` (w, h) resized to ``out_size``; returns the image's warp."""
         width, height = size
         out_w, out_h = out_size
         filename = results['img_path']
@@ -354,11 +332,8 @@ class NativeLoadResizeFlip(BaseTransform):
                 'tools/validate_coco.py lists such images)')
         direction = choose_flip_direction(self.flip) if self.flip is not None else None
         warp = Warp(out_h, out_w, direction, self.resize.interpolation)
-        if self.pixels_on == 'device' or image is None:
-            # A zero-stride stand-in of the output's size: mmdet's flip code reads img's shape.
-            results['img'] = np.broadcast_to(np.zeros((), np.uint8), (out_h, out_w))
-        else:
-            self._set_warped_image(results, warp.apply(image).numpy())
+        # A zero-stride stand-in of the output's size: mmdet's flip code reads img's shape.
+        results['img'] = np.broadcast_to(np.zeros((), np.uint8), (out_h, out_w))
         results['ori_shape'] = (height, width)
         results['img_shape'] = (out_h, out_w)
         results['scale'] = scale
@@ -372,8 +347,6 @@ class NativeLoadResizeFlip(BaseTransform):
         if direction is not None:
             self._flip_annotations(results, direction)
         if self.pixels_on == 'device':
-            if image is not None:
-                self._set_deferred_image(results, image.numpy())
             results[PENDING_WARP_KEY] = warp.record()
         return warp
 
@@ -388,11 +361,6 @@ class NativeLoadResizeFlip(BaseTransform):
     def _set_deferred_image(results: dict, decoded: np.ndarray) -> None:
         """``img`` of a deferred sample: the decoded HxWxC pixels (HxW for one channel)."""
         results['img'] = decoded[..., 0] if decoded.shape[2] == 1 else decoded
-
-    def _load(self, filename: str) -> tuple[torch.Tensor, tuple[int, int], tuple, tuple[int, int]]:
-        """Read and decode, reduced when allowed: see ``_decode``."""
-        encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
-        return self._decode(encoded, header, filename)
 
     def _decode(self, encoded: torch.Tensor, header: Optional[ImageHeader], filename: str
                 ) -> tuple[torch.Tensor, tuple[int, int], tuple, tuple[int, int]]:
@@ -410,8 +378,7 @@ class NativeLoadResizeFlip(BaseTransform):
             denom = self._scale_denom(header, out_w, out_h)
             image = decode_file_bytes(encoded, filename, self.color_type, denom, self.max_pixels,
                                       planar)
-            if tuple(image.shape[:2]) == (ceil_div(header.height, denom),
-                                          ceil_div(header.width, denom)):
+            if tuple(image.shape[:2]) == reduced_size(header.height, header.width, denom):
                 return image, (header.width, header.height), scale, (out_w, out_h)
             if denom == 1:
                 height, width = image.shape[:2]

@@ -55,7 +55,7 @@ class MmdetLoadingPlan:
         self.geometry = NativeLoadResizeFlip.from_transforms(
             _resize_of(resize_step), flip, color_type=image_loader.color_type,
             backend_args=image_loader.backend_args, ignore_empty=image_loader.ignore_empty,
-            max_pixels=image_loader.max_pixels, reduced_decode=False)
+            max_pixels=image_loader.max_pixels)
 
     # What the batched fetch reads of its loader, as NativeLoadResizeFlip has them.
     @property
