@@ -609,6 +609,31 @@ def test_exif_rotated_photos_are_batched_exactly(toy_coco_root, tmp_path, log_fi
     assert 'instead of batched' not in log_file.read_text()
 
 
+@pytest.mark.parametrize('pixels_on', PIXELS_ON)
+def test_a_sample_fetched_alone_is_a_batch_of_one(toy_coco_root, log_file, pixels_on):
+    """``dataset[i]`` goes through the batched fetch (the decision is logged the first time it
+    is asked) and gives the per-sample path's samples, draws included."""
+    dataset = _dataset(toy_coco_root, _pipeline(RESIZES[1], pixels_on=pixels_on))
+    reference = _dataset(toy_coco_root, _pipeline(RESIZES[1], pixels_on=pixels_on),
+                         batched_fetch=False)
+    samples = _per_sample(dataset, INDICES)
+    assert 'batched fetch on: each batch decoded natively as one' in log_file.read_text()
+    _assert_same_samples(_per_sample(reference, INDICES), samples)
+
+
+def test_a_sample_alone_the_batch_cannot_make_falls_back_to_the_per_sample_path(
+        bad_root, tmp_path, log_file):
+    """A corrupt image (a valid header) alone: the batch of one fails to decode it, the
+    per-sample path loads it (no recursion back into the batch) and replaces it as mmdet does."""
+    options = dict(validate=False, on_bad_sample='skip', max_bad_fraction=1.0)
+    dataset = _dataset(bad_root, work_dir=str(tmp_path / 'alone'), **options)
+    reference = _dataset(bad_root, work_dir=str(tmp_path / 'reference'), batched_fetch=False,
+                         **options)
+    _assert_same_samples(_per_sample(reference, [5]), _per_sample(dataset, [5]))
+    assert _bad_records(tmp_path / 'alone') == _bad_records(tmp_path / 'reference') == [(5, 6)]
+    assert 'a batch was loaded sample by sample instead of batched' in log_file.read_text()
+
+
 @pytest.fixture
 def bad_root(toy_coco_root, tmp_path):
     """Image 2 truncated (refused when read), image 6 with corrupt entropy-coded data (refused
