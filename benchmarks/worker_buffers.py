@@ -68,7 +68,7 @@ class Batches(Dataset):
         tensors = []
         for source in self.sources:
             if self.ours:
-                tensor = allocate_batch(source, tuple(source.shape), False)
+                tensor = allocate_batch(source, tuple(source.shape))
             elif source.numel() >= 1 << 20:  # images: what default_collate does
                 tensor = new_shared(source.dtype, tuple(source.shape))
             else:  # small tensors: made in the worker, sent by torch's reducer

@@ -22,12 +22,14 @@ metainfo) are packed without resizing or padding: one flat uint8 buffer of their
 pixels, for ``FastDetDataPreprocessor`` to resize, flip, normalise and pad on the model's device
 (docs/deferred_pixels.md).
 """
+import logging
 from collections.abc import Sequence
 from typing import Any, Optional
 
 import numpy as np
 import torch
 from mmengine.dataset import pseudo_collate
+from mmengine.logging import print_log
 
 from . import worker_buffers
 from .ops import FLIP_CODES
@@ -39,11 +41,12 @@ from .transforms.fused_loading import DECODED_SHAPE_KEY, PENDING_WARP_KEY
 # Set by the batched fetch on each image it decodes into a slot of a padded batch: the slots'
 # (H, W), which may exceed the largest image's (padded to the model's divisor).
 SLOT_HW_ATTRIBUTE = '_mmdet_ext_slot_hw'
+_warned_pin_memory = False
 
 
 @FUNCTIONS.register_module()
 def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int = 0,
-                 pin_memory: bool = False) -> Any:
+                 pin_memory: Optional[bool] = None) -> Any:
     """Collate ``PackDetInputs`` outputs into a padded batch.
 
     Args:
@@ -55,9 +58,9 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
             value: ``WorkerDefaultsHook`` hands it to the datasets), so leave it at 1 unless
             another consumer needs it.
         pad_value: value of the padding (in the images' own units, before normalisation).
-        pin_memory: allocate the batch in page-locked memory when CUDA is available and this
-            runs in the main process (``num_workers=0``); workers cannot pin (no CUDA in forked
-            workers) -- use the DataLoader's ``pin_memory=True`` for them.
+        pin_memory: ignored, warned about once (the spelling before the one home of this
+            fact: the DataLoader's ``pin_memory``, which ``WorkerDefaultsHook`` sets where
+            CUDA is available; no measurement showed a win for pinning here as well).
 
     Returns:
         ``pseudo_collate(data_batch)`` for a batch without the fast path, else
@@ -80,13 +83,15 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
         raise ValueError('fast_collate: the batch is empty')
     if pad_size_divisor < 1:
         raise ValueError(f'fast_collate: pad_size_divisor must be >= 1, got {pad_size_divisor}')
+    if pin_memory is not None:
+        _warn_pin_memory_once()
     # Deferred samples before the fast-path test: their images are not what the model takes
     # (decoded size, or a file's bytes), so pseudo_collate would hand it the wrong pixels.
     warps = _pending_warps(data_batch) if all(
         isinstance(sample, dict) and isinstance(sample.get('inputs'), torch.Tensor)
         for sample in data_batch) else None
     if warps is not None:
-        return _collate_deferred(data_batch, warps, pin_memory)
+        return _collate_deferred(data_batch, warps)
     if not _has_fast_path(data_batch):
         return pseudo_collate(data_batch)
     _check_images_have_their_shape(data_batch)
@@ -94,10 +99,10 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
     first = images[0]
     height = padded_size(max(image.shape[1] for image in images), pad_size_divisor)
     width = padded_size(max(image.shape[2] for image in images), pad_size_divisor)
-    batch = _padded_batch_of(images, height, width, pad_size_divisor, pin_memory)
+    batch = _padded_batch_of(images, height, width, pad_size_divisor)
     copy = batch is None
     if copy:
-        batch = allocate_batch(first, (len(images), first.shape[0], height, width), pin_memory)
+        batch = allocate_batch(first, (len(images), first.shape[0], height, width))
     for slot, image in zip(batch, images):
         h, w = image.shape[1:]
         if copy:
@@ -114,12 +119,21 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
     return collated
 
 
-def allocate_batch(first: torch.Tensor, shape: tuple, pin_memory: bool) -> torch.Tensor:
+def _warn_pin_memory_once() -> None:
+    global _warned_pin_memory
+    if not _warned_pin_memory:
+        _warned_pin_memory = True
+        print_log("fast_collate: pin_memory is ignored; set the DataLoader's pin_memory "
+                  '(WorkerDefaultsHook sets it where CUDA is available); logged once',
+                  logger='current', level=logging.WARNING)
+
+
+def allocate_batch(first: torch.Tensor, shape: tuple) -> torch.Tensor:
     """An uninitialised tensor of ``first``'s dtype. In a DataLoader worker, memory it sends
     without another copy, as default_collate's shared memory is (``worker_buffers``: small ones
     travel inside the pickle, larger ones in segments the worker reuses, torch's shared memory
-    where neither can be used); page-locked in the main process when asked and CUDA is
-    available."""
+    where neither can be used); in the main process, ordinary memory (the DataLoader's
+    ``pin_memory`` pins what it hands on)."""
     if torch.utils.data.get_worker_info() is not None:
         nbytes = first.element_size() * int(np.prod(shape))
         pooled = worker_buffers.allocate(nbytes)
@@ -127,8 +141,7 @@ def allocate_batch(first: torch.Tensor, shape: tuple, pin_memory: bool) -> torch
             return pooled.view(first.dtype).view(shape)
         storage = first.untyped_storage()._new_shared(nbytes)
         return first.new_empty(0).set_(storage).view(shape)
-    pin = pin_memory and torch.cuda.is_available()
-    return torch.empty(shape, dtype=first.dtype, pin_memory=pin)
+    return torch.empty(shape, dtype=first.dtype)
 
 
 def slot_views(batch: torch.Tensor, shapes: Sequence[tuple[int, int, int]]) -> list:
@@ -179,7 +192,7 @@ def _check_images_have_their_shape(data_batch: Sequence) -> None:
                 '(mmdet_ext.transforms.DEFERRED_META_KEYS).')
 
 
-def _collate_deferred(data_batch: Sequence, warps: list, pin_memory: bool) -> dict:
+def _collate_deferred(data_batch: Sequence, warps: list) -> dict:
     """Deferred samples to one flat uint8 buffer plus what the data preprocessor needs."""
     images = [sample['inputs'] for sample in data_batch]
     if images[0].dtype != torch.uint8:
@@ -194,7 +207,7 @@ def _collate_deferred(data_batch: Sequence, warps: list, pin_memory: bool) -> di
                          "(decode_on='device') and others decoded pixels; one pipeline per batch")
     flat = _one_buffer(images)
     if flat is None:
-        flat = allocate_batch(images[0], (sum(image.numel() for image in images),), pin_memory)
+        flat = allocate_batch(images[0], (sum(image.numel() for image in images),))
         torch.cat([image.reshape(-1) for image in images], out=flat)
     others = [{key: value for key, value in sample.items() if key != 'inputs'}
               for sample in data_batch]
@@ -233,8 +246,8 @@ def _one_buffer(images: list) -> Optional[torch.Tensor]:
                                    (end - first.storage_offset(),))
 
 
-def _padded_batch_of(images: list, height: int, width: int, divisor: int,
-                     pin_memory: bool) -> Optional[torch.Tensor]:
+def _padded_batch_of(images: list, height: int, width: int,
+                     divisor: int) -> Optional[torch.Tensor]:
     """The [B, C, H, W] batch whose slots the images already lie in, each in the top left of its
     own, in order, H x W ``height`` x ``width`` or the larger slot size the first image
     carries (``SLOT_HW_ATTRIBUTE``), multiples of ``divisor`` (the batched fetch decodes a
@@ -258,8 +271,6 @@ def _padded_batch_of(images: list, height: int, width: int, divisor: int,
             return None
     if (start + len(images) * slot) * first.element_size() > storage.nbytes():
         return None
-    if pin_memory and torch.cuda.is_available() and not storage.is_pinned():
-        return None  # allocate_batch pins the copy
     if _sending_would_copy(storage) and storage.nbytes() > worker_buffers.INLINE_MAX_BYTES:
         return None  # a small one travels inside the pickle, as allocate_batch's would
     return first.new_empty(0).set_(storage, start, (len(images), first.shape[0], slot_h, slot_w))

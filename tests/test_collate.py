@@ -126,12 +126,24 @@ def test_dataloader_batches_equal_in_process_and_in_workers(toy_coco_root, num_w
                 [s.img_id for s in want['data_samples']]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason='pinned memory needs CUDA')
 @needs_native_decoding
-def test_pin_memory_in_the_main_process(toy_coco_root):
+def test_pin_memory_is_the_dataloaders_alone(toy_coco_root, tmp_path, monkeypatch):
+    """fast_collate's old pin_memory changes nothing (the same batch, nothing pinned) and says
+    once where the setting lives."""
+    from mmengine.logging import MMLogger
+
+    from mmdet_ext import collate
+    monkeypatch.setattr(collate, '_warned_pin_memory', False)
+    log = tmp_path / 'run.log'
+    MMLogger.get_instance(f'pin_{tmp_path.name}', log_file=str(log), log_level='INFO')
     batch = _mixed_size_batch(_dataset(toy_coco_root))
-    assert fast_collate(batch, pin_memory=True)['inputs'].is_pinned()
-    assert not fast_collate(batch)['inputs'].is_pinned()
+    pinned_asked = [fast_collate(batch, pin_memory=flag) for flag in (True, False, True)]
+    assert all(not collated['inputs'].is_pinned() for collated in pinned_asked)
+    assert all(torch.equal(collated['inputs'], fast_collate(batch)['inputs'])
+               for collated in pinned_asked)
+    assert log.read_text().count("fast_collate: pin_memory is ignored; set the DataLoader's "
+                                 'pin_memory (WorkerDefaultsHook sets it where CUDA is '
+                                 'available); logged once') == 1
 
 
 @requires_opcheck
@@ -192,7 +204,7 @@ def test_images_in_the_slots_of_one_padded_batch_are_that_batch_and_nothing_else
     from mmdet_ext.collate import _padded_batch_of
     one, other = torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.zeros(2, 3, 8, 8,
                                                                           dtype=torch.uint8)
-    batch = _padded_batch_of([one[0, :, :5, :6], one[1, :, :7, :4]], 8, 8, 8, False)
+    batch = _padded_batch_of([one[0, :, :5, :6], one[1, :, :7, :4]], 8, 8, 8)
     assert batch is not None and batch.shape == (2, 3, 8, 8)
     assert batch.untyped_storage().data_ptr() == one.untyped_storage().data_ptr()
-    assert _padded_batch_of([one[0, :, :5, :6], other[1, :, :7, :4]], 8, 8, 8, False) is None
+    assert _padded_batch_of([one[0, :, :5, :6], other[1, :, :7, :4]], 8, 8, 8) is None

@@ -35,11 +35,11 @@ class Indices(Dataset):
 def fill_batch(indices: list) -> dict:
     """A batch whose bytes say which batch it is (its first index), plus what the worker knows."""
     first = indices[0]
-    pixels = allocate_batch(torch.empty(0, dtype=torch.uint8), (BATCH_BYTES,), False)
+    pixels = allocate_batch(torch.empty(0, dtype=torch.uint8), (BATCH_BYTES,))
     pixels.copy_(torch.arange(BATCH_BYTES, dtype=torch.int64).add_(first).remainder_(251)
                  .to(torch.uint8))
     floats = pixels.view(torch.float32)  # another dtype, same segment
-    small = allocate_batch(torch.empty(0, dtype=torch.float32), (SMALL_BYTES // 4,), False)
+    small = allocate_batch(torch.empty(0, dtype=torch.float32), (SMALL_BYTES // 4,))
     small.copy_(expected_small(first))  # every element differs: a view's offset shows
     # not from allocate_batch, too large to go inside the pickle: torch's shared memory
     middle = torch.full((worker_buffers.INLINE_MAX_BYTES + 1,), first, dtype=torch.uint8)
@@ -167,7 +167,7 @@ def test_each_segment_is_mapped_once_then_sent_by_name():
 def grow_batch(indices: list) -> dict:
     """Every batch larger than the last: the worker's pool closes free segments to grow."""
     first = indices[0]
-    pixels = allocate_batch(torch.empty(0, dtype=torch.uint8), ((1 << 20) * (1 + first),), False)
+    pixels = allocate_batch(torch.empty(0, dtype=torch.uint8), ((1 << 20) * (1 + first),))
     pixels.fill_(first)
     pool = worker_buffers._pool
     return {'first': first, 'pixels': pixels, 'token': pool.token,

@@ -148,7 +148,7 @@ def _padded_batch(shapes: list[tuple[int, int, int]], divisor: int) -> torch.Ten
     (``allocate_batch``)."""
     batch_shape = (len(shapes), shapes[0][0], padded_size(max(h for _, h, _ in shapes), divisor),
                    padded_size(max(w for _, _, w in shapes), divisor))
-    return allocate_batch(torch.empty(0, dtype=torch.uint8), batch_shape, False)
+    return allocate_batch(torch.empty(0, dtype=torch.uint8), batch_shape)
 
 
 def reads_no_pixels(plan: BatchPlan) -> bool:
@@ -260,7 +260,7 @@ class BatchedFetcher:
                                _padded_batch(shapes, self.dataset.pad_size_divisor),
                                self.dataset.inflight)
         size = sum(int(np.prod(shape)) for shape in shapes)
-        buffer = allocate_batch(torch.empty(0, dtype=torch.uint8), (size,), False) \
+        buffer = allocate_batch(torch.empty(0, dtype=torch.uint8), (size,)) \
             if loader.pixels_on == 'device' else torch.empty(size, dtype=torch.uint8)
         return BatchDecoder(loader, threads, len(pendings), self.dataset.inflight,
                             buffer=buffer)

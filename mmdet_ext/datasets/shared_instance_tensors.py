@@ -29,7 +29,7 @@ def share_instance_tensors(samples: list) -> None:
     for slot in slots:
         by_dtype.setdefault(slot[2].dtype, []).append(slot)
     for group in by_dtype.values():
-        storage = allocate_batch(group[0][2], (sum(t.numel() for _, _, t in group), ), False)
+        storage = allocate_batch(group[0][2], (sum(t.numel() for _, _, t in group), ))
         start = 0
         for owner, name, tensor in group:
             view = storage[start:start + tensor.numel()].view(tensor.shape)
