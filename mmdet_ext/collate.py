@@ -10,9 +10,9 @@ receives are never modified. A batch it has no fast path for (tuple samples, mul
 inputs, images that are not ``Tensor[C, H, W]`` of one dtype and channel count) is collated by
 ``pseudo_collate``, so any batch mmengine accepts is accepted.
 
-A batch whose images already lie in the slots of one padded batch tensor (the batched fetch
-decodes ``pixels_on='worker'`` batches that way, padded to the model's divisor) is that tensor:
-only its padding is written.
+A ``FetchedBatch`` -- the batched fetch's samples with the one buffer their images were made in
+(the slots of a padded batch, padded to the model's divisor, or one flat buffer) -- is collated
+to that buffer: only its padding is written.
 
 Use with ``FastDetDataPreprocessor`` (``mmdet_ext.models``), which normalises the batch and pads it
 to its own ``pad_size_divisor`` exactly as mmdet does: the divisor is set once, there.
@@ -38,10 +38,39 @@ from .rounding import JPEG_SCALE_DENOMS, padded_size, reduced_size
 from .transforms.fused_loading import DECODED_SHAPE_KEY, PENDING_WARP_KEY
 
 
-# Set by the batched fetch on each image it decodes into a slot of a padded batch: the slots'
-# (H, W), which may exceed the largest image's (padded to the model's divisor).
-SLOT_HW_ATTRIBUTE = '_mmdet_ext_slot_hw'
 _warned_pin_memory = False
+
+
+class FetchedBatch(list):
+    """The samples of a batch whose images were made in one buffer: a list of the samples, each
+    ``inputs`` a view of ``buffer``, which ``fast_collate`` takes as the batch's ``inputs``
+    instead of copying the images. Made by the batched fetch (``datasets/batched_fetch.py``)
+    and handed by type through the dataset (and mmengine's wrappers) to ``fast_collate``.
+
+    ``buffer``: [B, C, H, W], each image in the top left of its slot, H and W padded to the
+    model's divisor (pixels finished in the worker); or [N], the images' CHW pixels (or files'
+    bytes) one after another (``defer``). ``views``: each sample's ``inputs`` as it was made;
+    a sample whose ``inputs`` is no longer that tensor makes ``fast_collate`` copy the batch.
+    """
+
+    def __init__(self, samples: list, buffer: torch.Tensor, views: list) -> None:
+        super().__init__(samples)
+        self.buffer = buffer
+        self.views = views
+
+
+def _fetched_buffer(data_batch: Sequence, ndim: int) -> Optional[torch.Tensor]:
+    """The ``buffer`` of a ``FetchedBatch`` (of ``ndim`` dims) whose samples still hold its
+    views, unless sending it from a DataLoader worker would copy it (``allocate_batch`` then
+    does better, once); else None."""
+    if not isinstance(data_batch, FetchedBatch) or data_batch.buffer.dim() != ndim or \
+            len(data_batch.views) != len(data_batch) or \
+            any(sample['inputs'] is not view for sample, view in zip(data_batch, data_batch.views)):
+        return None
+    storage = data_batch.buffer.untyped_storage()
+    if _sending_would_copy(storage) and storage.nbytes() > worker_buffers.INLINE_MAX_BYTES:
+        return None  # a small one travels inside the pickle, as allocate_batch's would
+    return data_batch.buffer
 
 
 @FUNCTIONS.register_module()
@@ -65,9 +94,9 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
     Returns:
         ``pseudo_collate(data_batch)`` for a batch without the fast path, else
         ``{'inputs': Tensor[B, C, H, W], 'data_samples': [...], 'input_shapes': [(H_i, W_i)]}``,
-        H and W the largest H_i, W_i rounded up to ``pad_size_divisor`` (or the slots' size,
-        where the batched fetch decoded the images into a batch padded further: to the
-        model's divisor, ``LazyCocoDataset.pad_size_divisor``); every other key
+        H and W the largest H_i, W_i rounded up to ``pad_size_divisor`` (or a
+        ``FetchedBatch``'s slots' size, padded further: to the model's divisor,
+        ``LazyCocoDataset.pad_size_divisor``); every other key
         collated as ``pseudo_collate`` would. ``input_shapes`` lets the data preprocessor tell
         image from padding. For deferred samples (``pending_warp`` in every sample's metainfo):
         ``inputs`` is Tensor[N] uint8, the samples' CHW pixels one after another,
@@ -99,7 +128,9 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
     first = images[0]
     height = padded_size(max(image.shape[1] for image in images), pad_size_divisor)
     width = padded_size(max(image.shape[2] for image in images), pad_size_divisor)
-    batch = _padded_batch_of(images, height, width, pad_size_divisor)
+    batch = _fetched_buffer(data_batch, 4)
+    if batch is not None and any(side % pad_size_divisor for side in batch.shape[2:]):
+        batch = None  # slots padded to the model's divisor, not to this one
     copy = batch is None
     if copy:
         batch = allocate_batch(first, (len(images), first.shape[0], height, width))
@@ -142,15 +173,6 @@ def allocate_batch(first: torch.Tensor, shape: tuple) -> torch.Tensor:
         storage = first.untyped_storage()._new_shared(nbytes)
         return first.new_empty(0).set_(storage).view(shape)
     return torch.empty(shape, dtype=first.dtype)
-
-
-def slot_views(batch: torch.Tensor, shapes: Sequence[tuple[int, int, int]]) -> list:
-    """Each image's view of its slot of ``batch`` ([B, C, H, W]; ``shapes`` (C, h, w) each),
-    marked with the slot size for ``fast_collate`` (``SLOT_HW_ATTRIBUTE``)."""
-    images = [slot[:, :h, :w] for slot, (_, h, w) in zip(batch, shapes)]
-    for image in images:
-        setattr(image, SLOT_HW_ATTRIBUTE, tuple(batch.shape[2:]))
-    return images
 
 
 def _pending_warps(data_batch: Sequence) -> Optional[list]:
@@ -205,7 +227,7 @@ def _collate_deferred(data_batch: Sequence, warps: list) -> dict:
     if any((shape is not None) != encoded for shape in decoded_shapes):
         raise ValueError("fast_collate: some samples of this batch carry encoded bytes "
                          "(decode_on='device') and others decoded pixels; one pipeline per batch")
-    flat = _one_buffer(images)
+    flat = _fetched_buffer(data_batch, 1)
     if flat is None:
         flat = allocate_batch(images[0], (sum(image.numel() for image in images),))
         torch.cat([image.reshape(-1) for image in images], out=flat)
@@ -227,53 +249,6 @@ def _collate_deferred(data_batch: Sequence, warps: list) -> dict:
         collated[PENDING_WARP_KEY]['encoded_sizes'] = torch.tensor(
             [image.numel() for image in images], dtype=torch.int64)
     return collated
-
-
-def _one_buffer(images: list) -> Optional[torch.Tensor]:
-    """The flat buffer the images already lie in one after another (the batched fetch decodes
-    a batch that way, in shared memory in a worker), else None. Why: then nothing is copied."""
-    first = images[0]
-    storage = first.untyped_storage()
-    end = first.storage_offset()
-    for image in images:
-        if image.untyped_storage().data_ptr() != storage.data_ptr() or \
-                not image.is_contiguous() or image.storage_offset() != end:
-            return None
-        end += image.numel()
-    if _sending_would_copy(storage):
-        return None
-    return first.new_empty(0).set_(storage, first.storage_offset(),
-                                   (end - first.storage_offset(),))
-
-
-def _padded_batch_of(images: list, height: int, width: int,
-                     divisor: int) -> Optional[torch.Tensor]:
-    """The [B, C, H, W] batch whose slots the images already lie in, each in the top left of its
-    own, in order, H x W ``height`` x ``width`` or the larger slot size the first image
-    carries (``SLOT_HW_ATTRIBUTE``), multiples of ``divisor`` (the batched fetch decodes a
-    ``pixels_on='worker'`` batch that way, padded to the model's divisor, in shared memory in a
-    worker), else None. Why: then only the padding is written. Only the
-    padding: the samples' pixels stay as they are."""
-    first = images[0]
-    # A slot larger than the batch needs only where the fetch says so: a view of a larger
-    # image (a crop) must not get "padding" written over the rest of that image.
-    slot_h, slot_w = getattr(first, SLOT_HW_ATTRIBUTE, (height, width))
-    if slot_h < height or slot_w < width or slot_h % divisor or slot_w % divisor:
-        return None
-    plane = slot_h * slot_w
-    slot = first.shape[0] * plane
-    storage = first.untyped_storage()
-    start = first.storage_offset()
-    for position, image in enumerate(images):
-        if image.untyped_storage().data_ptr() != storage.data_ptr() or \
-                image.stride() != (plane, slot_w, 1) or \
-                image.storage_offset() != start + position * slot:
-            return None
-    if (start + len(images) * slot) * first.element_size() > storage.nbytes():
-        return None
-    if _sending_would_copy(storage) and storage.nbytes() > worker_buffers.INLINE_MAX_BYTES:
-        return None  # a small one travels inside the pickle, as allocate_batch's would
-    return first.new_empty(0).set_(storage, start, (len(images), first.shape[0], slot_h, slot_w))
 
 
 def _sending_would_copy(storage: torch.UntypedStorage) -> bool:

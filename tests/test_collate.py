@@ -182,29 +182,53 @@ def test_preprocessor_without_normalisation_or_channel_swap(toy_coco_root):
     assert torch.equal(ours['inputs'], reference['inputs'])
 
 
-def test_images_end_to_end_in_one_storage_are_taken_as_one_buffer_and_nothing_else_is():
-    """The deferred path sends images that a worker decoded end to end into one buffer as that
-    buffer (no copy): a view of exactly their elements, wherever the first one starts. Images
-    at the same offsets of two storages, or with a gap, are not one buffer."""
-    from mmdet_ext.collate import _one_buffer
-    one = torch.arange(40, dtype=torch.uint8)
-    other = torch.arange(100, 140, dtype=torch.uint8)
-    images = [one[5:17].view(3, 2, 2), one[17:29].view(3, 2, 2)]
-    flat = _one_buffer(images)
-    assert flat is not None
-    assert flat.untyped_storage().data_ptr() == one.untyped_storage().data_ptr()
-    assert torch.equal(flat, torch.cat([image.reshape(-1) for image in images]))
-    assert _one_buffer([one[5:17].view(3, 2, 2), other[17:29].view(3, 2, 2)]) is None
-    assert _one_buffer([one[5:17].view(3, 2, 2), one[18:30].view(3, 2, 2)]) is None
+def _slot_batch():
+    """A FetchedBatch of two images in the top left of their 8x8 slots, and its buffer."""
+    from mmdet_ext.collate import FetchedBatch
+    buffer = torch.randint(1, 256, (2, 3, 8, 8), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(0))
+    views = [buffer[0, :, :5, :6], buffer[1, :, :7, :4]]
+    return FetchedBatch([{'inputs': view} for view in views], buffer, views), buffer
 
 
-def test_images_in_the_slots_of_one_padded_batch_are_that_batch_and_nothing_else_is():
-    """The batched fetch decodes each image into the top left of its slot of one [B, C, H, W]
-    buffer: collate takes that buffer as the batch. The same slots of two buffers are not one."""
-    from mmdet_ext.collate import _padded_batch_of
-    one, other = torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.zeros(2, 3, 8, 8,
-                                                                          dtype=torch.uint8)
-    batch = _padded_batch_of([one[0, :, :5, :6], one[1, :, :7, :4]], 8, 8, 8)
-    assert batch is not None and batch.shape == (2, 3, 8, 8)
-    assert batch.untyped_storage().data_ptr() == one.untyped_storage().data_ptr()
-    assert _padded_batch_of([one[0, :, :5, :6], other[1, :, :7, :4]], 8, 8, 8) is None
+def test_a_fetched_batch_is_collated_to_its_buffer_and_a_list_of_the_same_views_is_copied():
+    """The batched fetch hands its batch by type: fast_collate takes the buffer (only the
+    padding written). The same views in a plain list, a sample whose inputs was replaced, or a
+    divisor the slots do not meet: copied, the same pixels."""
+    batch, buffer = _slot_batch()
+    images = [view.clone() for view in batch.views]
+    collated = fast_collate(batch, pad_value=7)
+    assert collated['inputs'].data_ptr() == buffer.data_ptr()
+    assert collated['input_shapes'] == [(5, 6), (7, 4)]
+    for slot, image in zip(collated['inputs'], images):
+        h, w = image.shape[1:]
+        assert torch.equal(slot[:, :h, :w], image)
+        assert (slot[:, h:, :] == 7).all() and (slot[:, :h, w:] == 7).all()
+    fetched, _ = _slot_batch()
+    replaced, _ = _slot_batch()
+    replaced[1] = {'inputs': replaced.views[1].clone()}
+    for copied in (fast_collate(list(fetched), pad_value=7), fast_collate(replaced, pad_value=7),
+                   fast_collate(_slot_batch()[0], pad_size_divisor=16, pad_value=7)):
+        assert copied['inputs'].data_ptr() != buffer.data_ptr()
+        for slot, image in zip(copied['inputs'], images):
+            assert torch.equal(slot[:, :image.shape[1], :image.shape[2]], image)
+    assert tuple(copied['inputs'].shape) == (2, 3, 16, 16)
+
+
+def test_a_fetched_flat_batch_of_deferred_images_is_collated_to_its_buffer():
+    """Deferred images one after another in one buffer: that buffer is the batch's inputs; the
+    same views in a plain list are concatenated into a new one."""
+    from mmdet.structures import DetDataSample
+
+    from mmdet_ext.collate import FetchedBatch
+    buffer = torch.arange(3 * 2 * 2 + 3 * 3 * 2, dtype=torch.uint8)
+    views = [buffer[:12].view(3, 2, 2), buffer[12:].view(3, 3, 2)]
+    samples = [{'inputs': view, 'data_samples': DetDataSample(metainfo={'pending_warp': {
+        'out_shape': (4, 4), 'flip_direction': None, 'interpolation': 'bilinear'}})}
+        for view in views]
+    collated = fast_collate(FetchedBatch(samples, buffer, views))
+    assert collated['inputs'].data_ptr() == buffer.data_ptr()
+    assert collated['pending_warp']['image_shapes'].tolist() == [[2, 2, 3], [3, 2, 3]]
+    copied = fast_collate(list(samples))
+    assert copied['inputs'].data_ptr() != buffer.data_ptr()
+    assert torch.equal(copied['inputs'], buffer)

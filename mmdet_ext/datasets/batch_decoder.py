@@ -36,7 +36,6 @@ import numpy as np
 import torch
 
 from .._native import _C
-from ..collate import slot_views
 from ..io import DEFAULT_MAX_PIXELS
 from ..ops.image import IMREAD_FLAGS
 from ..ops.pixels import FLIP_CODES, INTERPOLATIONS
@@ -131,6 +130,11 @@ class BatchDecoder:
         return [self.buffer[offset:offset + int(np.prod(shape))].view(shape)
                 for offset, shape in self.layout]
 
+    @property
+    def batch_buffer(self) -> torch.Tensor:
+        """The one tensor ``views`` are views of (``collate.FetchedBatch.buffer``)."""
+        return self.buffer[:self.used]
+
     def wait(self) -> list[str]:
         """Wait for every decode in flight; '<image>: <error>' for each that failed."""
         if not self.in_flight:
@@ -177,4 +181,8 @@ class SlotDecoder(BatchDecoder):
                      slot_hw=list(self.batch.shape[2:]))
 
     def views(self) -> list[torch.Tensor]:
-        return slot_views(self.batch, [shape for _, shape in self.layout])
+        return [slot[:, :h, :w] for slot, (_, (_, h, w)) in zip(self.batch, self.layout)]
+
+    @property
+    def batch_buffer(self) -> torch.Tensor:
+        return self.batch

@@ -50,7 +50,7 @@ import torch
 from mmdet.datasets.transforms import FilterAnnotations, LoadAnnotations, PackDetInputs
 from mmengine.logging import print_log
 
-from ..collate import allocate_batch
+from ..collate import FetchedBatch, allocate_batch
 from ..rounding import padded_size
 from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
 from ..transforms.fused_mmdet_loading import MmdetLoadingPlan, fuse_mmdet_loading
@@ -233,12 +233,15 @@ class BatchedFetcher:
                 for index, _, pending in planned:
                     decoder.add(index, pending)
             if not self._reads_no_pixels:
-                return self._finish(planned, decoder.images())
-            # Nothing after the loader reads the pixels: the samples are finished while the
-            # images decode, then the decodes are waited for.
-            samples = self._finish(planned, decoder.views(), decoder.images)
-            decoder.images()
-            return samples
+                images = decoder.images()
+                samples = self._finish(planned, images)
+            else:
+                # Nothing after the loader reads the pixels: the samples are finished while the
+                # images decode, then the decodes are waited for.
+                images = decoder.views()
+                samples = self._finish(planned, images, decoder.images)
+                decoder.images()
+            return FetchedBatch(samples, decoder.batch_buffer, images)
         except DecodeFailed as err:
             raise _FallBack(str(err)) from err
         finally:

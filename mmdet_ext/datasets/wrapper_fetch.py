@@ -67,6 +67,8 @@ def _fetch_concatenated(dataset: ConcatDataset, indices: Sequence[int],
     for dataset_idx, part in parts.items():
         loaded = fetch_batch(dataset.datasets[dataset_idx], [i for _, i, _ in part],
                              [s for _, _, s in part])
+        if len(parts) == 1:
+            return loaded  # the part's batch in order, as it is (a FetchedBatch stays one)
         for (position, _, _), sample in zip(part, loaded):
             samples[position] = sample
     return samples
