@@ -1,7 +1,7 @@
 """Load + Resize + RandomFlip as one transform: decode (reduced-size when the target allows it),
 then resize and flip in one native call."""
 import logging
-from typing import NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import mmcv
 import numpy as np
@@ -89,6 +89,28 @@ def plannable(header: Optional[ImageHeader], color_type: str, results: dict) -> 
     than the header's."""
     return header is not None and color_type in PLANNED_CHANNELS and \
         not _declared_size_differs(header, results)
+
+
+def read_for_plan(loader: Any, owner: str, results: dict,
+                  decode: Callable[[torch.Tensor, Optional[ImageHeader]], Any],
+                  decode_now: bool = False) -> Optional[tuple[torch.Tensor, Optional[ImageHeader],
+                                                              Any]]:
+    """Read ``results['img_path']`` and its header, and decode it now (``decode(bytes,
+    header)``) where the header does not tell its decoded size (``plannable``) or
+    ``decode_now``: (bytes, header, what ``decode`` returned, or None). The one place a planning
+    loader reads its file. ``loader``: the transform whose ``backend_args``, ``max_pixels``,
+    ``color_type`` and ``ignore_empty`` apply (None returned where it skips the file); errors
+    keep their type, their message prefixed with ``owner``."""
+    try:
+        encoded, header = read_image_bytes(results['img_path'], loader.backend_args,
+                                           loader.max_pixels)
+        decoded = decode(encoded, header) if decode_now or \
+            not plannable(header, loader.color_type, results) else None
+    except ImageLoadError as err:
+        if loader.ignore_empty:
+            return None
+        raise type(err)(f'{owner}: {err}') from err  # keeps the subclass
+    return encoded, header, decoded
 
 
 def _declared_size_differs(header: ImageHeader, results: dict) -> bool:
@@ -250,23 +272,23 @@ class NativeLoadResizeFlip(BaseTransform):
         filename = results['img_path']
         if self.decode_on == 'device':
             return self._plan_encoded(results)
+        read = read_for_plan(self, 'NativeLoadResizeFlip', results,
+                             lambda encoded, header: self._decode(encoded, header, filename),
+                             decode_now)
+        if read is None:
+            return None
+        encoded, header, decoded = read
         image = None
-        try:
-            encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
-            if decode_now or not plannable(header, self.color_type, results):
-                image, size, scale, out_size = self._decode(encoded, header, filename)
-                encoded, denom = None, 1
-                shape = (image.shape[2], *image.shape[:2])
-            else:
-                size = (header.width, header.height)
-                scale, out_size = self._target_size(*size)
-                denom = self._scale_denom(header, *out_size)
-                shape = (PLANNED_CHANNELS[self.color_type],
-                         *reduced_size(header.height, header.width, denom))
-        except ImageLoadError as err:
-            if self.ignore_empty:
-                return None
-            raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
+        if decoded is not None:
+            image, size, scale, out_size = decoded
+            encoded, denom = None, 1
+            shape = (image.shape[2], *image.shape[:2])
+        else:
+            size = (header.width, header.height)
+            scale, out_size = self._target_size(*size)
+            denom = self._scale_denom(header, *out_size)
+            shape = (PLANNED_CHANNELS[self.color_type],
+                     *reduced_size(header.height, header.width, denom))
         warp = self._apply(results, size, scale, out_size)
         if self.pixels_on == 'device':
             return PendingDecode(filename, encoded, denom, shape,
@@ -280,18 +302,15 @@ class NativeLoadResizeFlip(BaseTransform):
         tells, ``plannable``, else from a decode); the file's bytes are the 'image' (1, 1, N)
         that goes into the batch's buffer."""
         filename = results['img_path']
-        try:
-            encoded, header = read_image_bytes(filename, self.backend_args, self.max_pixels)
-            if plannable(header, self.color_type, results):
-                size = (header.width, header.height)
-            else:
-                image = decode_file_bytes(encoded, filename, self.color_type,
-                                          max_pixels=self.max_pixels)
-                size = (image.shape[1], image.shape[0])
-        except ImageLoadError as err:
-            if self.ignore_empty:
-                return None
-            raise type(err)(f'NativeLoadResizeFlip: {err}') from err  # keeps the subclass
+        read = read_for_plan(self, 'NativeLoadResizeFlip', results,
+                             lambda encoded, _: decode_file_bytes(encoded, filename,
+                                                                  self.color_type,
+                                                                  max_pixels=self.max_pixels))
+        if read is None:
+            return None
+        encoded, header, image = read
+        size = (header.width, header.height) if image is None else (image.shape[1],
+                                                                    image.shape[0])
         self._apply(results, size, *self._target_size(*size))
         width, height = size
         results[PENDING_WARP_KEY][DECODED_SHAPE_KEY] = (height, width, 3)

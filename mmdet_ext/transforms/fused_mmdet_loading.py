@@ -20,9 +20,9 @@ from mmcv.transforms import RandomChoiceResize, RandomResize
 from mmdet.datasets.transforms import LoadAnnotations, RandomFlip, Resize
 
 from .._compat import draw_resize_scale
-from .fused_loading import PLANNED_CHANNELS, NativeLoadResizeFlip, PendingDecode, plannable
+from .fused_loading import PLANNED_CHANNELS, NativeLoadResizeFlip, PendingDecode, read_for_plan
 from .lazy_annotations import LoadLazyAnnotations
-from .loading import ImageLoadError, NativeLoadImageFromFile, decode_file_bytes, read_image_bytes
+from .loading import NativeLoadImageFromFile, decode_file_bytes
 
 # The interpolations whose native resize gives cv2.resize's bits (mmcv.imresize's). Not bicubic:
 # the OpenCV the extension links (Debian's 4.6) rounds some bicubic pixels one off from the cv2
@@ -76,21 +76,19 @@ class MmdetLoadingPlan:
         header's (an EXIF rotation), is decoded here, as the image loader decodes it."""
         loader = self.image_loader
         filename = results['img_path']
-        decoded = None
-        try:
-            encoded, header = read_image_bytes(filename, loader.backend_args, loader.max_pixels)
-            if plannable(header, loader.color_type, results):
-                height, width = header.height, header.width
-                channels = PLANNED_CHANNELS[loader.color_type]
-            else:
-                decoded = decode_file_bytes(encoded, filename, loader.color_type,
-                                            max_pixels=loader.max_pixels)
-                encoded = None
-                height, width, channels = decoded.shape
-        except ImageLoadError as err:
-            if loader.ignore_empty:
-                return None
-            raise type(err)(f'NativeLoadImageFromFile: {err}') from err  # keeps the subclass
+        read = read_for_plan(loader, 'NativeLoadImageFromFile', results,
+                             lambda encoded, _: decode_file_bytes(encoded, filename,
+                                                                  loader.color_type,
+                                                                  max_pixels=loader.max_pixels))
+        if read is None:
+            return None
+        encoded, header, decoded = read
+        if decoded is None:
+            height, width = header.height, header.width
+            channels = PLANNED_CHANNELS[loader.color_type]
+        else:
+            encoded = None
+            height, width, channels = decoded.shape
         # The image loader's keys; a zero-stride stand-in for img (nothing before the resize
         # reads its pixels).
         results['img'] = np.broadcast_to(np.zeros((), np.uint8), (height, width))
