@@ -634,6 +634,21 @@ def test_a_sample_alone_the_batch_cannot_make_falls_back_to_the_per_sample_path(
     assert 'a batch was loaded sample by sample instead of batched' in log_file.read_text()
 
 
+@pytest.mark.parametrize('batched_fetch', [True, False])
+def test_the_datasets_max_pixels_is_its_loaders(toy_coco_root, batched_fetch):
+    """One value: a dataset's max_pixels below the toy images' 320x240 refuses them when they
+    are decoded (validation off), on either path; a loader given another value is refused."""
+    from mmdet_ext.datasets import BadSampleError
+    dataset = _dataset(toy_coco_root, validate=False, max_pixels=70000,
+                       batched_fetch=batched_fetch)
+    with pytest.raises(BadSampleError, match=r'sample 0 .*more than max_pixels=70000'):
+        dataset[0]
+    with pytest.raises(ValueError, match=r'^LazyCocoDataset: max_pixels=70000 but its '
+                                         r'NativeLoadResizeFlip has max_pixels=90000; set it '
+                                         r'once, on the dataset \(its loaders take it\)$'):
+        _dataset(toy_coco_root, _pipeline(max_pixels=90000), validate=False, max_pixels=70000)
+
+
 @pytest.fixture
 def bad_root(toy_coco_root, tmp_path):
     """Image 2 truncated (refused when read), image 6 with corrupt entropy-coded data (refused

@@ -36,7 +36,6 @@ import numpy as np
 import torch
 
 from .._native import _C
-from ..io import DEFAULT_MAX_PIXELS
 from ..ops.image import IMREAD_FLAGS
 from ..ops.pixels import FLIP_CODES, INTERPOLATIONS
 from ..transforms.fused_loading import PendingDecode
@@ -107,8 +106,7 @@ class BatchDecoder:
         self.names.append(f'sample {index} ({pending.filename})')
         self.inflight.background = f'batch decode of {len(self.names)} images: ' + \
             ', '.join(self.names)
-        max_pixels = DEFAULT_MAX_PIXELS if self.loader.max_pixels is None \
-            else self.loader.max_pixels
+        max_pixels = self.loader.max_pixels
         self.referenced += [pending.encoded, self.buffer]
         self.queue.submit(len(self.names) - 1, pending.encoded,
                           IMREAD_FLAGS[self.loader.color_type], pending.scale_denom, max_pixels,

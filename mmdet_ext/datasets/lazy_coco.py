@@ -11,6 +11,8 @@ from mmengine.logging import print_log
 from .._compat import dataset_fully_initialized, dataset_indices, mark_dataset_fully_initialized
 from ..io import DEFAULT_MAX_PIXELS
 from ..registry import DATASETS
+from ..transforms.fused_loading import NativeLoadResizeFlip
+from ..transforms.loading import NativeLoadImageFromFile
 from .annotation_store import (MISSING_EXAMPLE, MISSING_IMAGES, PROBLEMS_SUFFIX,
                                VALIDATION_COUNTS, AnnotationStore, open_store)
 from .bad_samples import BadSampleHandler, log_dir
@@ -22,6 +24,10 @@ from .shared_instance_tensors import share_instance_tensors
 from .validation import (MAX_MISSING_FRACTION, DataValidationError, MissingImagesError,
                          missing_images_message, nothing_left_message, read_problems,
                          resolve_policy)
+
+
+# The loaders that take the dataset's max_pixels.
+NATIVE_LOADERS = (NativeLoadImageFromFile, NativeLoadResizeFlip)
 
 
 @DATASETS.register_module()
@@ -73,7 +79,10 @@ class LazyCocoDataset(BaseDetDataset):
             no process has them open; no lock or empty files are left (``annotation_store.py``).
         validate: validate the json and its files when building the store.
         bad_data_policy: overrides of ``DEFAULT_POLICY`` (problem kind -> action).
-        max_pixels: images and RLEs declaring more pixels are invalid (decompression bombs).
+        max_pixels: images and RLEs declaring more pixels are invalid (decompression bombs):
+            refused when validating and when decoding. The one value: the pipeline's native
+            loaders (``NativeLoadImageFromFile``, ``NativeLoadResizeFlip``) take it; one given
+            another value of its own is an error naming both.
         on_bad_sample: ``'raise'`` or ``'skip'``.
         max_bad_fraction: under ``'skip'``, the fraction of bad samples that stops the run.
         work_dir: where ``bad_samples.jsonl`` and ``inflight_<pid>.txt`` go; default the current
@@ -117,6 +126,7 @@ class LazyCocoDataset(BaseDetDataset):
         self._rows = np.zeros(0, dtype=np.int64)
         self._missing_images_error: Optional[str] = None
         super().__init__(*args, **kwargs)
+        self._hand_max_pixels()
 
     def full_init(self) -> None:
         if dataset_fully_initialized(self):
@@ -227,6 +237,7 @@ class LazyCocoDataset(BaseDetDataset):
         pipeline = self.pipeline
         if self._fetcher_for is not pipeline:
             self._fetcher_for, self._fetcher = pipeline, None
+            self._hand_max_pixels()
             plan, why = batch_plan(getattr(pipeline, 'transforms', []))
             if not self.batched_fetch:
                 why = 'batched_fetch=False'
@@ -238,6 +249,20 @@ class LazyCocoDataset(BaseDetDataset):
                     'on: each batch decoded natively as one' if self._fetcher else
                     f'off, samples load one by one: {why}'), logger='current', level=logging.INFO)
         return self._fetcher
+
+    def _hand_max_pixels(self) -> None:
+        """Give the pipeline's native loaders this dataset's ``max_pixels`` (see the class
+        docstring); PipelineSwitchHook's new pipeline gets it when it is first used."""
+        for transform in getattr(self.pipeline, 'transforms', []):
+            if not isinstance(transform, NATIVE_LOADERS) or \
+                    transform.max_pixels == self.max_pixels:
+                continue
+            if transform.max_pixels != DEFAULT_MAX_PIXELS:
+                raise ValueError(
+                    f'{type(self).__name__}: max_pixels={self.max_pixels} but its '
+                    f'{type(transform).__name__} has max_pixels={transform.max_pixels}; set it '
+                    f'once, on the dataset (its loaders take it)')
+            transform.max_pixels = self.max_pixels
 
     def load_guarded(self, idx: int, load: Callable[[int], Any]) -> Any:
         """``load(idx)`` named in the in-flight record; a failure goes through
