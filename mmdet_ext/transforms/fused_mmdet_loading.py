@@ -14,13 +14,13 @@ the per-sample path makes.
 """
 from typing import Optional, Sequence, Union
 
-import numpy as np
 import torch
 from mmcv.transforms import RandomChoiceResize, RandomResize
 from mmdet.datasets.transforms import LoadAnnotations, RandomFlip, Resize
 
 from .._compat import draw_resize_scale
-from .fused_loading import PLANNED_CHANNELS, NativeLoadResizeFlip, PendingDecode, read_for_plan
+from .fused_loading import (PLANNED_CHANNELS, NativeLoadResizeFlip, PendingDecode, read_for_plan,
+                            stand_in_image)
 from .lazy_annotations import LoadLazyAnnotations
 from .loading import NativeLoadImageFromFile, decode_file_bytes
 
@@ -91,7 +91,7 @@ class MmdetLoadingPlan:
             height, width, channels = decoded.shape
         # The image loader's keys; a zero-stride stand-in for img (nothing before the resize
         # reads its pixels).
-        results['img'] = np.broadcast_to(np.zeros((), np.uint8), (height, width))
+        results['img'] = stand_in_image(height, width)
         results['img_shape'] = (height, width)
         results['ori_shape'] = (height, width)
         for transform in self.annotation_loaders:
