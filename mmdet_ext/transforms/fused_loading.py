@@ -102,20 +102,25 @@ def plannable(header: Optional[ImageHeader], color_type: str, results: dict) -> 
 
 
 def read_for_plan(loader: Any, owner: str, results: dict,
-                  decode: Callable[[torch.Tensor, Optional[ImageHeader]], Any],
+                  decode: Optional[Callable[[torch.Tensor, Optional[ImageHeader]], Any]] = None,
                   decode_now: bool = False) -> Optional[tuple[torch.Tensor, Optional[ImageHeader],
                                                               Any]]:
     """Read ``results['img_path']`` and its header, and decode it now (``decode(bytes,
-    header)``) where the header does not tell its decoded size (``plannable``) or
-    ``decode_now``: (bytes, header, what ``decode`` returned, or None). The one place a planning
-    loader reads its file. ``loader``: the transform whose ``backend_args``, ``max_pixels``,
-    ``color_type`` and ``ignore_empty`` apply (None returned where it skips the file); errors
-    keep their type, their message prefixed with ``owner``."""
+    header)``; default: at full size, HxWxC) where the header does not tell its decoded size
+    (``plannable``) or ``decode_now``: (bytes, header, what ``decode`` returned, or None). The
+    one place a planning loader reads its file. ``loader``: the transform whose
+    ``backend_args``, ``max_pixels``, ``color_type`` and ``ignore_empty`` apply (None returned
+    where it skips the file); errors keep their type, their message prefixed with ``owner``."""
+    filename = results['img_path']
     try:
-        encoded, header = read_image_bytes(results['img_path'], loader.backend_args,
-                                           loader.max_pixels)
-        decoded = decode(encoded, header) if decode_now or \
-            not plannable(header, loader.color_type, results) else None
+        encoded, header = read_image_bytes(filename, loader.backend_args, loader.max_pixels)
+        if not decode_now and plannable(header, loader.color_type, results):
+            decoded = None
+        elif decode is None:
+            decoded = decode_file_bytes(encoded, filename, loader.color_type,
+                                        max_pixels=loader.max_pixels)
+        else:
+            decoded = decode(encoded, header)
     except ImageLoadError as err:
         if loader.ignore_empty:
             return None
@@ -313,10 +318,7 @@ class NativeLoadResizeFlip(BaseTransform):
         tells, ``plannable``, else from a decode); the file's bytes are the 'image' (1, 1, N)
         that goes into the batch's buffer."""
         filename = results['img_path']
-        read = read_for_plan(self, 'NativeLoadResizeFlip', results,
-                             lambda encoded, _: decode_file_bytes(encoded, filename,
-                                                                  self.color_type,
-                                                                  max_pixels=self.max_pixels))
+        read = read_for_plan(self, 'NativeLoadResizeFlip', results)
         if read is None:
             return None
         encoded, header, image = read

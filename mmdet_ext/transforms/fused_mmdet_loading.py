@@ -22,7 +22,7 @@ from .._compat import draw_resize_scale
 from .fused_loading import (PLANNED_CHANNELS, NativeLoadResizeFlip, PendingDecode, read_for_plan,
                             stand_in_image)
 from .lazy_annotations import LoadLazyAnnotations
-from .loading import NativeLoadImageFromFile, decode_file_bytes
+from .loading import NativeLoadImageFromFile
 
 # The interpolations whose native resize gives cv2.resize's bits (mmcv.imresize's). Not bicubic:
 # the OpenCV the extension links (Debian's 4.6) rounds some bicubic pixels one off from the cv2
@@ -76,10 +76,7 @@ class MmdetLoadingPlan:
         header's (an EXIF rotation), is decoded here, as the image loader decodes it."""
         loader = self.image_loader
         filename = results['img_path']
-        read = read_for_plan(loader, 'NativeLoadImageFromFile', results,
-                             lambda encoded, _: decode_file_bytes(encoded, filename,
-                                                                  loader.color_type,
-                                                                  max_pixels=loader.max_pixels))
+        read = read_for_plan(loader, 'NativeLoadImageFromFile', results)
         if read is None:
             return None
         encoded, header, decoded = read
