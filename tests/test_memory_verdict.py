@@ -167,6 +167,22 @@ def test_growth_that_may_or_may_not_be_a_leak_is_too_short_to_judge():
     assert 'a longer run will tell' in v.reason
 
 
+def test_a_step_in_the_middle_of_short_worker_lives_is_too_short_to_judge():
+    # The series a full-suite CI run once gave test_memory_watch_hook's flat worker: 40-iteration
+    # lives, 442 MiB, and a 5 MiB step in the middle of two of them. Over lives this short that
+    # step is a leak rate, and nothing says it stops: not flat (nor a leak, nor a sawtooth).
+    # Without the steps the same worker is flat.
+    iters, pids, epoch, in_epoch = _epochs()
+    anon = np.full(len(iters), 442.0)
+    uss = np.full(len(iters), 10.0)
+    thresholds = VerdictThresholds(warmup_iters=20, sawtooth_mib=32)
+    assert judge_series('train.w0', iters, pids, anon, uss, 40, thresholds).verdict == FLAT
+    stepped = anon + 5.0 * ((epoch < 2) & (in_epoch >= 25))
+    v = judge_series('train.w0', iters, pids, stepped, uss, 40, thresholds)
+    assert v.verdict == UNKNOWN, v.reason
+    assert 'a longer run will tell' in v.reason
+
+
 def _wandering_main(n_iters: int, leak_mib_per_kiter: float, seed: int, rho: float = 0.95):
     """A main process whose allocator wanders slowly (AR(1) noise, 25 MiB standard deviation,
     lag-1 correlation ``rho``), as the demo's does: its level holds for tens of iterations, so

@@ -69,6 +69,14 @@ def runs(tmp_path_factory):
     return out
 
 
+# A flat worker's lives here are 40 iterations: one allocator step of ~5 MiB in the middle of
+# two of them (a full-suite CI run on 2026-11-29 saw one) leaves a leak rate inside the slope's
+# range, and 'too short to judge' is then the right answer (tests/test_memory_verdict.py checks
+# that rule on given samples). Which one a run gets depends on the allocator, so either is
+# accepted; a flat dataset is never a leak nor a sawtooth, and the cow and leak cases are exact.
+_ACCEPTED = {'sawtooth': ('sawtooth',), 'leak': ('leak',), 'flat': ('flat', 'too short to judge')}
+
+
 @pytest.mark.parametrize('name, expected', [('cow', 'sawtooth'), ('leak', 'leak'),
                                             ('flat', 'flat')])
 def test_each_dataset_gets_its_verdict(runs, name, expected):
@@ -76,7 +84,7 @@ def test_each_dataset_gets_its_verdict(runs, name, expected):
     verdicts = _verdicts(work_dir)
     assert {'main', 'train.w0', 'train.w1'} <= set(verdicts)
     for worker in ('train.w0', 'train.w1'):
-        assert verdicts[worker]['verdict'] == expected, verdicts[worker]['reason']
+        assert verdicts[worker]['verdict'] in _ACCEPTED[expected], verdicts[worker]['reason']
         assert verdicts[worker]['lives'] == EPOCHS  # non-persistent: one pid per epoch
     # The main process is never blamed for the workers. Whether 120 iterations are enough to
     # call it flat depends on how its allocator moved in this run (tests/test_memory_verdict.py
@@ -102,8 +110,9 @@ def test_warnings_name_the_process_in_the_log(runs):
     work_dir, runner = runs['flat']
     log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
     last = [line for line in log.splitlines() if 'MemoryWatch after' in line][-1]
-    assert re.search(r'main (flat|too short to judge) \(.*\), train.w0 flat \(.*\), '
-                     r'train.w1 flat \(', last), last
+    flat = '(flat|too short to judge)'  # see _ACCEPTED
+    assert re.search(rf'main {flat} \(.*\), train.w0 {flat} \(.*\), train.w1 {flat} \(',
+                     last), last
 
 
 def test_samples_reach_message_hub_log_and_visualizer(runs):
