@@ -148,7 +148,8 @@ def prepare_adopted(loader, cfg, work_dir: str) -> list[str]:
     hooks = {h['type']: {k: v for k, v in h.items() if k != 'type'}
              for h in cfg.get('custom_hooks', [])}
     if 'WorkerDefaultsHook' in hooks:  # before_run, priority VERY_HIGH
-        WorkerDefaultsHook(**hooks['WorkerDefaultsHook']).apply(loader)
+        WorkerDefaultsHook(**hooks['WorkerDefaultsHook']).apply(
+            loader, config=cfg.train_dataloader.to_dict())
         done.append(f'WorkerDefaultsHook({hooks["WorkerDefaultsHook"]}).apply')
     divisor = cfg.model.get('data_preprocessor', {}).get('pad_size_divisor', 1)
     for dataset in _datasets(loader.dataset):

@@ -13,6 +13,7 @@ from mmengine.runner import Runner
 
 from mmdet_ext.datasets import BadSampleError, LazyCocoDataset, TooManyBadSamplesError
 from mmdet_ext.datasets.inflight import dead_worker_samples
+from mmdet_ext.engine.hooks.worker_defaults_hook import DEFAULT_TIMEOUT_S, WorkerDefaultsHook
 from mmdet_ext.engine.memory.memcheck import run_dataloader
 from mmdet_ext.registry import TRANSFORMS
 
@@ -126,14 +127,20 @@ def test_worker_loader_keeps_going_under_skip(bad_root, tmp_path):
 
 
 def test_stuck_worker_times_out_instead_of_hanging(toy_coco_root):
+    """The shipped configs give a DataLoader with workers a timeout (the runtime config's
+    WorkerDefaultsHook, where the dataloader sets none); a stuck worker then raises."""
+    runtime = Config.fromfile(str(REPO / 'configs/_base_/mmdet_ext_runtime.py'))
+    assert dict(type='WorkerDefaultsHook') in runtime.custom_hooks
     cfg = Config.fromfile(str(REPO / 'configs/_base_/datasets/toy_coco_instance.py'))
-    assert cfg.train_dataloader.timeout > 0 and cfg.val_dataloader.timeout > 0
     loader_cfg = cfg.train_dataloader.to_dict()
     loader_cfg['dataset'].update(data_root=str(toy_coco_root),
                                  pipeline=[dict(type='SleepForever')])
-    loader_cfg.update(num_workers=1, timeout=5, persistent_workers=False)
+    loader_cfg.update(num_workers=1, persistent_workers=False)
     init_default_scope('mmdet')
     loader = Runner.build_dataloader(loader_cfg, seed=0)
+    WorkerDefaultsHook().apply(loader, config=loader_cfg)
+    assert loader.timeout == DEFAULT_TIMEOUT_S
+    loader.timeout = 5  # the same, sooner
     with pytest.raises(RuntimeError, match='DataLoader timed out after 5 seconds'):
         next(iter(loader))
 
@@ -175,6 +182,7 @@ def test_memcheck_without_workers_drops_the_config_timeout(toy_coco_root):
     cfg = Config.fromfile(str(REPO / 'configs/_base_/datasets/toy_coco_instance.py'))
     loader_cfg = cfg.train_dataloader.to_dict()
     loader_cfg['dataset'].update(data_root=str(toy_coco_root), pipeline=PIPELINE)
+    loader_cfg['timeout'] = 900  # a config's own timeout, set for its workers
     run = run_dataloader(loader_cfg, iters=2, workers=0)
     assert run.record.series['total']['iter'] == [1, 2]  # both iterations ran
     assert not [label for label in run.record.series if label.startswith('train.')]  # no workers

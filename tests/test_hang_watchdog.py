@@ -63,7 +63,7 @@ def make_runner(work_dir: str, on_hang: str, with_val: bool = False) -> Runner:
     clock = ManualClock(jump_when=lambda: two_done.is_set() and osp.exists(f'{release}.hung'))
     kwargs = tiny_runner_kwargs(
         work_dir, max_epochs=1, with_val=with_val, train_dataloader=loader,
-        custom_hooks=[dict(type='WorkerDefaultsHook', timeout=0),
+        custom_hooks=[dict(type='WorkerDefaultsHook'),  # keeps the loader's timeout
                       HangWatchdogHook(min_timeout=3, on_hang=on_hang, dump_wait=60.0,
                                        clock=clock),
                       SetAfterIteration(2, two_done)],

@@ -3,6 +3,7 @@ import random
 
 import cv2
 import numpy as np
+import pytest
 import torch
 from mmdet.datasets.transforms import PackDetInputs
 from mmengine.dataset import RepeatDataset
@@ -16,8 +17,10 @@ from mmdet_ext import (LazyCocoDataset, LoadLazyAnnotations, NativeLoadResizeFli
                        WorkerDefaultsHook, _C)
 from mmdet_ext.models import FastDetDataPreprocessor
 from mmdet_ext.datasets.wrapper_fetch import wrapped_datasets
-from mmdet_ext.engine.hooks.worker_defaults_hook import usable_cpu_count
-from helpers.tiny_runner import LossRecorderHook, read_losses, tiny_runner_kwargs
+from mmdet_ext.engine.hooks.worker_defaults_hook import DEFAULT_TIMEOUT_S, usable_cpu_count
+from mmdet_ext.engine.hooks import worker_defaults_hook
+from helpers.tiny_runner import (LossRecorderHook, read_losses, record_mmengine_log,
+                                 tiny_runner_kwargs)
 
 
 class WorkerProbe(Dataset):
@@ -39,9 +42,9 @@ def _seed_worker(worker_id: int) -> None:
 def test_caps_workers_disables_opencv_threads_and_keeps_the_init_fn():
     loader = DataLoader(WorkerProbe(), batch_size=1, num_workers=usable_cpu_count() + 3,
                         worker_init_fn=_seed_worker)
-    WorkerDefaultsHook(timeout=30).apply(loader)
+    WorkerDefaultsHook().apply(loader)
     assert loader.num_workers == usable_cpu_count()
-    assert loader.timeout == 30
+    assert loader.timeout == DEFAULT_TIMEOUT_S
     assert loader.pin_memory == torch.cuda.is_available()
     loader.num_workers = 2  # keep the test light on a 2-core machine
     rows = torch.cat(list(loader)).tolist()
@@ -57,19 +60,55 @@ def test_caps_workers_disables_opencv_threads_and_keeps_the_init_fn():
     assert loader.worker_init_fn.keywords['previous'] is _seed_worker
 
 
+def test_the_dataloaders_own_settings_are_kept():
+    """pin_memory and timeout have one home, the dataloader's config: the hook fills in only
+    what it leaves unset (without the config, False and 0 count as unset)."""
+    def loader(**settings):
+        return DataLoader(WorkerProbe(), batch_size=1, num_workers=1, **settings)
+
+    kept, filled = loader(timeout=0), loader(timeout=0)
+    WorkerDefaultsHook().apply(kept, config=dict(timeout=0, pin_memory=False))
+    WorkerDefaultsHook().apply(filled, config=dict())
+    assert (kept.timeout, kept.pin_memory) == (0, False)
+    assert (filled.timeout, filled.pin_memory) == (DEFAULT_TIMEOUT_S, torch.cuda.is_available())
+    own = loader(timeout=30, pin_memory=True)
+    WorkerDefaultsHook().apply(own, config=dict(timeout=30, pin_memory=True))
+    assert (own.timeout, own.pin_memory) == (30, True)
+
+
+def test_the_old_arguments_keep_working_with_a_warning_once(monkeypatch):
+    monkeypatch.setattr(worker_defaults_hook, '_warned_old_arguments', False)
+    with record_mmengine_log() as records:
+        hook = WorkerDefaultsHook(max_workers=1, timeout=30, pin_memory=False)
+        WorkerDefaultsHook(timeout=0)
+    warnings = [r.getMessage() for r in records if 'WorkerDefaultsHook(' in r.getMessage()]
+    assert warnings == ["WorkerDefaultsHook(max_workers=1, timeout=30, pin_memory=False): set "
+                        "the dataloader's own num_workers, pin_memory and timeout instead (the "
+                        'hook fills in only what a dataloader leaves unset); the old arguments '
+                        'keep working; logged once']
+    capped = DataLoader(WorkerProbe(), batch_size=1, num_workers=2, pin_memory=True)
+    hook.apply(capped, config=dict(pin_memory=True))
+    assert (capped.num_workers, capped.timeout, capped.pin_memory) == (1, 30, False)
+    with pytest.raises(TypeError, match='takes no arguments.*workers'):
+        WorkerDefaultsHook(workers=1)
+
+
 def test_runner_applies_it_before_the_first_batch(tmp_path):
-    """In the real Runner: 3 workers capped to 1, mmengine's seeding unchanged (same losses as a
-    run configured with 1 worker)."""
-    losses = {}
-    for name, workers, hooks in (('plain', 1, []),
-                                 ('hook', 3, [dict(type='WorkerDefaultsHook', max_workers=1)])):
+    """In the real Runner: one worker more than the usable CPUs, capped to them, mmengine's
+    seeding unchanged (same losses as a run configured with that many workers), and the
+    config's own timeout=0 kept (the Runner's dataloader config is where the hook reads it)."""
+    losses, cap = {}, usable_cpu_count()
+    for name, workers, hooks in (('plain', cap, []),
+                                 ('hook', cap + 1, [dict(type='WorkerDefaultsHook')])):
         path = str(tmp_path / f'{name}.jsonl')
         kwargs = tiny_runner_kwargs(str(tmp_path / name), max_epochs=1, with_val=False,
                                     custom_hooks=[*hooks, LossRecorderHook(path)])
-        kwargs['train_dataloader'].update(num_workers=workers, persistent_workers=True)
+        kwargs['train_dataloader'].update(num_workers=workers, persistent_workers=True,
+                                          timeout=0 if hooks else 5)
         runner = Runner(**kwargs)
         runner.train()
-        assert runner.train_dataloader.num_workers == 1
+        assert runner.train_dataloader.num_workers == cap
+        assert runner.train_dataloader.timeout == (0 if hooks else 5)
         losses[name] = read_losses(path)
     assert losses['plain'] == losses['hook'] and losses['plain']
 
@@ -80,14 +119,15 @@ def test_iteration_based_loops_get_it_from_the_first_batch(tmp_path):
     kwargs = tiny_runner_kwargs(str(tmp_path), with_val=False,
                                 train_cfg=dict(type='IterBasedTrainLoop', max_iters=2))
     # Alone: ExactResumeHook remakes the iterator too (for its own reasons).
-    kwargs['custom_hooks'] = [dict(type='WorkerDefaultsHook', max_workers=1)]
-    kwargs['train_dataloader'].update(num_workers=2, sampler=dict(type='InfiniteSampler'))
+    kwargs['custom_hooks'] = [dict(type='WorkerDefaultsHook')]
+    kwargs['train_dataloader'].update(num_workers=usable_cpu_count() + 1,
+                                      sampler=dict(type='InfiniteSampler'))
     kwargs['default_hooks'] = dict(checkpoint=dict(type='CheckpointHook', interval=100,
                                                    by_epoch=False, save_last=False))
     kwargs['param_scheduler'] = None
     runner = Runner(**kwargs)
     runner.train()
-    assert runner.train_loop.dataloader_iterator._iterator._num_workers == 1
+    assert runner.train_loop.dataloader_iterator._iterator._num_workers == usable_cpu_count()
 
 
 class _PixelMean(BaseModel):

@@ -13,9 +13,9 @@ custom_hooks = [
     # writes memory.json + memory.png to the work dir (docs/memory_watch.md), and stops the run,
     # report written, before the job's memory passes 90% of the machine's.
     dict(type='MemoryWatchHook', max_memory_fraction=0.9),
-    # DataLoader workers: at most the usable CPUs per rank, OpenCV threads off inside them, a
-    # timeout so a stuck worker raises, pin_memory when CUDA is there.
-    dict(type='WorkerDefaultsHook', timeout=900),
+    # DataLoader workers: at most the usable CPUs per rank, OpenCV threads off inside them, and,
+    # where a dataloader sets none, a timeout so a stuck worker raises and pin_memory with CUDA.
+    dict(type='WorkerDefaultsHook'),
     # inflight_<pid>.txt (the sample each loading process is on) deleted when the run ends
     # normally; kept after a death or hang, where they name the sample.
     dict(type='InflightCleanupHook'),

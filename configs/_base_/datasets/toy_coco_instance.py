@@ -49,12 +49,6 @@ val_dataloader = dict(
         ann_file='annotations/instances_val.json',
         data_prefix=dict(img='val/'),
         pipeline=test_pipeline))
-# No silent hangs: a worker that produces no batch for `timeout` seconds (stuck on a file, a
-# deadlock) makes the DataLoader raise "DataLoader timed out after N seconds". 900 s: above
-# HangWatchdogHook's 600 s floor, so the watchdog reports the stuck worker's sample and stack
-# first. PyTorch refuses a timeout without workers: set timeout=0 together with num_workers=0.
-train_dataloader.update(timeout=900)
-val_dataloader.update(timeout=900)
 test_dataloader = val_dataloader
 
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')

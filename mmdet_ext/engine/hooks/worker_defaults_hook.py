@@ -1,5 +1,6 @@
 """``WorkerDefaultsHook``: sane DataLoader worker settings, applied before the first batch."""
 import functools
+import logging
 import os
 from typing import Callable, Optional
 
@@ -40,6 +41,17 @@ def _init_worker(worker_id: int, previous: Optional[Callable]) -> None:
         previous(worker_id)
 
 
+# The timeout a DataLoader with workers gets when its config sets none: a worker that hands over
+# no batch for this long makes it raise "DataLoader timed out after N seconds". Above
+# HangWatchdogHook's 600 s floor, so that the watchdog reports the stuck sample and stacks first.
+DEFAULT_TIMEOUT_S = 900
+# The DataLoader settings this hook fills in where a dataloader's config leaves them unset.
+_SETTINGS = ('pin_memory', 'timeout')
+# The hook's arguments before the dataloader's own settings were their one home.
+_OLD_ARGUMENTS = ('max_workers', 'pin_memory', 'timeout')
+_warned_old_arguments = False
+
+
 @HOOKS.register_module()
 class WorkerDefaultsHook(Hook):
     """Before the run, make every dataloader's workers safe and not oversubscribed.
@@ -50,8 +62,10 @@ class WorkerDefaultsHook(Hook):
 
     - caps ``num_workers`` at the CPUs usable per local rank (affinity mask / ``LOCAL_WORLD_SIZE``)
       and logs when it lowers it (``num_workers=0`` stays 0);
-    - sets ``pin_memory`` when CUDA is available (and ``pin_memory='auto'``);
-    - gives workers a ``timeout`` (seconds) when they have none, so a stuck worker raises;
+    - sets ``pin_memory`` where CUDA is available, and gives workers a ``timeout`` of
+      ``DEFAULT_TIMEOUT_S`` seconds so that a stuck worker raises -- each only where the
+      dataloader's config does not set it (``pin_memory=False`` or ``timeout=0`` there are
+      kept): the dataloader's settings are their one home, this hook has none of its own;
     - disables OpenCV's threads inside every worker, then runs the configured
       ``worker_init_fn`` (mmengine's seeding) as before;
     - hands the model's ``data_preprocessor.pad_size_divisor`` to every ``LazyCocoDataset``
@@ -59,19 +73,27 @@ class WorkerDefaultsHook(Hook):
       place the divisor is set is the model's preprocessor.
 
     ``persistent_workers`` cannot change after the DataLoader is built: set it in the config (our
-    dataset base config does). Args: ``max_workers`` (None: the usable CPUs per rank),
-    ``pin_memory`` ('auto' | True | False), ``timeout`` (seconds; 0 leaves it unset).
+    dataset base config does). The arguments it took before (``max_workers``, ``pin_memory``,
+    ``timeout``) keep working, with a warning once per process naming the dataloader's setting.
     """
 
     priority = 'VERY_HIGH'
 
-    def __init__(self, max_workers: Optional[int] = None, pin_memory='auto',
-                 timeout: float = 900) -> None:
-        if pin_memory not in ('auto', True, False):
-            raise ValueError(f"pin_memory must be 'auto', True or False, got {pin_memory!r}")
-        self.max_workers = max_workers
-        self.pin_memory = pin_memory
-        self.timeout = timeout
+    def __init__(self, **old_arguments) -> None:
+        unknown = sorted(set(old_arguments) - set(_OLD_ARGUMENTS))
+        if unknown:
+            raise TypeError(f'WorkerDefaultsHook takes no arguments (it fills in the '
+                            f"dataloaders' own settings), got {', '.join(unknown)}")
+        if old_arguments.get('pin_memory', 'auto') not in ('auto', True, False):
+            raise ValueError(f"pin_memory must be 'auto', True or False, got "
+                             f"{old_arguments['pin_memory']!r}")
+        if old_arguments:
+            _warn_old_arguments_once(old_arguments)
+        self.max_workers = old_arguments.get('max_workers')
+        # What the old arguments said, as if each dataloader's config had said it.
+        self._old_settings = {name: old_arguments[name] for name in _SETTINGS
+                              if old_arguments.get(name, 'auto') != 'auto'}
+        self._old_default_timeout = self._old_settings.pop('timeout', DEFAULT_TIMEOUT_S)
 
     def worker_cap(self) -> int:
         ranks_here = int(os.environ.get('LOCAL_WORLD_SIZE', 1))
@@ -84,7 +106,8 @@ class WorkerDefaultsHook(Hook):
         for name, loop in runner_loops(runner).items():
             loader = getattr(loop, 'dataloader', None)  # loops not built yet are still dicts
             if isinstance(loader, torch.utils.data.DataLoader):
-                self.apply(loader, name)
+                config = getattr(runner, f'_{name}_dataloader', None)
+                self.apply(loader, name, config if isinstance(config, dict) else None)
                 for dataset in wrapped_datasets(loader.dataset):
                     if isinstance(dataset, LazyCocoDataset):
                         dataset.pad_size_divisor = divisor
@@ -97,20 +120,34 @@ class WorkerDefaultsHook(Hook):
                     discard_dataloader_iterator(loader)
                     restart_infinite_iterator(iterator, infinite_iterator_epoch(iterator))
 
-    def apply(self, loader: torch.utils.data.DataLoader, name: str = 'train') -> None:
-        """Apply the defaults to a DataLoader that has not been iterated yet."""
+    def apply(self, loader: torch.utils.data.DataLoader, name: str = 'train',
+              config: Optional[dict] = None) -> None:
+        """Apply the defaults to a DataLoader that has not been iterated yet. ``config``: the
+        dict it was built from, whose ``pin_memory`` and ``timeout`` are kept as set; without
+        it, a DataLoader's ``pin_memory=False`` and ``timeout=0`` count as unset."""
         cap = self.worker_cap()
         if loader.num_workers > cap:
             print_log(f'WorkerDefaultsHook: {name} dataloader num_workers {loader.num_workers} '
                       f'-> {cap} (usable CPUs per rank)', logger='current')
             loader.num_workers = cap
-        if self.pin_memory == 'auto':
-            loader.pin_memory = loader.pin_memory or torch.cuda.is_available()
-        else:
-            loader.pin_memory = self.pin_memory
+        explicit = {key: (config or {})[key] for key in _SETTINGS if key in (config or {})}
+        explicit.update(self._old_settings)
+        loader.pin_memory = explicit.get('pin_memory', loader.pin_memory
+                                         or torch.cuda.is_available())
         if loader.num_workers > 0:
-            if self.timeout and not loader.timeout:
-                loader.timeout = self.timeout
+            if 'timeout' not in explicit and not loader.timeout:
+                loader.timeout = self._old_default_timeout
             previous = loader.worker_init_fn
             if not (isinstance(previous, functools.partial) and previous.func is _init_worker):
                 loader.worker_init_fn = functools.partial(_init_worker, previous=previous)
+
+
+def _warn_old_arguments_once(arguments: dict) -> None:
+    global _warned_old_arguments
+    if not _warned_old_arguments:
+        _warned_old_arguments = True
+        spelled = ', '.join(f'{key}={value!r}' for key, value in arguments.items())
+        print_log(f"WorkerDefaultsHook({spelled}): set the dataloader's own num_workers, "
+                  'pin_memory and timeout instead (the hook fills in only what a dataloader '
+                  'leaves unset); the old arguments keep working; logged once',
+                  logger='current', level=logging.WARNING)
