@@ -12,7 +12,7 @@ interleaved rounds, CPU seconds of every process):
   poly2mask=False)`` + the same resize and flip, ``pseudo_collate``, workers swept;
 - adopted, per sample: the adopted pipeline with ``batched_fetch=False``;
 - adopted, batched, workers / threads: the same pipeline batched, 2 workers or ``num_workers=0``
-  with the cores as decode threads;
+  (a decode thread per pinned core);
 - ceiling: read + ``decode_images_into`` at full size with the same resizes on the threads: the
   native work of this path and nothing else.
 
@@ -64,8 +64,7 @@ def run_scenario(root: Path, paths: list[str], scale: tuple, args, cores: int) -
                                               batch, workers, fast_collate, True),
         'adopted, batched, workers': lambda: loader(adopted_dataset(root, fixed), batch,
                                                     workers, fast_collate, True),
-        'adopted, batched, threads': lambda: loader(adopted_dataset(root, fixed,
-                                                                    decode_threads=cores),
+        'adopted, batched, threads': lambda: loader(adopted_dataset(root, fixed),
                                                     batch, 0, fast_collate, True),
         'multi-scale, per sample': lambda: loader(adopted_dataset(root, MULTI_SCALE,
                                                                   batched_fetch=False),

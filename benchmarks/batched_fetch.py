@@ -14,7 +14,7 @@ inherit it). Rounds interleave the contenders; each keeps its best round. Conten
 - today, deferred: the same with ``pixels_on='device'``, ``batched_fetch=False`` (per sample);
 - batched, workers: ``pixels_on='device'`` with the batched fetch (one ``decode_images_into``
   per batch in each worker, into shared memory that ``fast_collate`` passes on);
-- batched, threads: the same with ``num_workers=0`` and ``decode_threads`` = the cores;
+- batched, threads: the same with ``num_workers=0`` (a thread per pinned core);
 - batched fused, workers / threads: ``pixels_on='worker'`` (the main job's pipeline) with the
   batched fetch: one ``decode_images_into`` per batch that resizes and flips as it decodes;
 - ceiling: the same decoder (``decode_image``, libjpeg) on the same files at the same
@@ -259,13 +259,11 @@ def run_scenario(root: Path, paths: list[str], scale: tuple, args, cores: int) -
                                           args.workers, fast_collate, True),
         'batched, workers': lambda: loader(our_dataset(root, scale, 'device'), batch,
                                            args.workers, fast_collate, True),
-        'batched, threads': lambda: loader(our_dataset(root, scale, 'device',
-                                                       decode_threads=cores), batch, 0,
+        'batched, threads': lambda: loader(our_dataset(root, scale, 'device'), batch, 0,
                                            fast_collate, True),
         'batched fused, workers': lambda: loader(our_dataset(root, scale, 'worker'), batch,
                                                  args.workers, fast_collate, True),
-        'batched fused, threads': lambda: loader(our_dataset(root, scale, 'worker',
-                                                             decode_threads=cores), batch, 0,
+        'batched fused, threads': lambda: loader(our_dataset(root, scale, 'worker'), batch, 0,
                                                  fast_collate, True),
         'batched, workers, dicts': lambda: loader(
             our_dataset(root, scale, 'device', InstancesAsDicts), batch, args.workers,
@@ -308,11 +306,11 @@ def shut_down(ld) -> None:
     gc.collect()
 
 
-def phase_times(root: Path, scale: tuple, batch_size: int, cores: int, passes: int,
+def phase_times(root: Path, scale: tuple, batch_size: int, passes: int,
                 dataset_class=LazyCocoDataset) -> dict[str, float]:
     """Where a batched sample's time goes, threads mode (one process): ms per sample of each
     step, each timed around its own calls, after one untimed pass."""
-    dataset = our_dataset(root, scale, 'device', dataset_class, decode_threads=cores)
+    dataset = our_dataset(root, scale, 'device', dataset_class)
     inner = dataset.dataset
     totals: dict[str, float] = {}
 
@@ -396,7 +394,7 @@ def main() -> None:
             for mode, dataset_class in (('columns', LazyCocoDataset),
                                         ('dicts', InstancesAsDicts)):
                 phases.append((f'{name}, {mode}', phase_times(
-                    root, scale, args.batch_size, len(cores), args.passes, dataset_class)))
+                    root, scale, args.batch_size, args.passes, dataset_class)))
             print(name, result, phases[-1], flush=True)
     load_after = os.getloadavg()
     write_report(args.out, report(rows, phases, args, cores, load_before, load_after))

@@ -2,6 +2,7 @@
 checkpoint loaders per test."""
 import gc
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,22 @@ def mixed_coco_root(toy_coco_root: Path, tmp_path_factory: pytest.TempPathFactor
         coco['images'].append(dict(id=image_id, file_name=file_name, width=width, height=height))
     path.write_text(json.dumps(coco))
     return root
+
+
+@pytest.fixture
+def usable_cpus(request):
+    """Parametrized indirectly with a CPU count: for the test, this thread may run on that many
+    of its CPUs (the affinity a container or ``taskset`` gives; the threads it starts inherit
+    it), which is what the batched fetch's thread count follows. ``None``: unchanged."""
+    count, before = request.param, os.sched_getaffinity(0)
+    if count is not None:
+        if len(before) < count:
+            pytest.skip(f'needs {count} usable CPUs, this process has {len(before)}')
+        os.sched_setaffinity(0, sorted(before)[:count])
+    try:
+        yield count
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from mmdet_ext.ops import decode_image, decode_images_into, warp_image
 from mmdet_ext.transforms import DEFERRED_META_KEYS
 from helpers.build import needs_native_decoding
 from helpers.encoded_images import encoded_image as _jpeg
+from helpers.tiny_runner import record_mmengine_log
 from helpers.torch_features import requires_opcheck
 
 pytestmark = needs_native_decoding
@@ -266,11 +267,12 @@ def test_decode_images_into_opcheck():
 @pytest.mark.parametrize('pixels_on', PIXELS_ON)
 @pytest.mark.parametrize('resize', RESIZES)
 @pytest.mark.parametrize('color_type', ['color', 'grayscale'])
-@pytest.mark.parametrize('decode_threads', [1, 2])  # 2, 'device': decoded while planned
+# 2 CPUs, 'device': decoded while planned
+@pytest.mark.parametrize('usable_cpus', [1, 2], indirect=True)
 def test_batch_equals_the_per_sample_path(toy_coco_root, resize, color_type, pixels_on,
-                                          decode_threads):
+                                          usable_cpus):
     pipeline = _pipeline(resize, color_type, pixels_on=pixels_on)
-    batched = _dataset(toy_coco_root, pipeline, decode_threads=decode_threads)
+    batched = _dataset(toy_coco_root, pipeline)
     reference = _dataset(toy_coco_root, pipeline, batched_fetch=False)
     for seed in range(3):  # different flips each time
         samples = _batched(batched, INDICES, seed)
@@ -365,15 +367,16 @@ class OwnFilter(FilterAnnotations):
     ((), OwnPack(meta_keys=DEFERRED_META_KEYS), False),
     ((OwnFilter(min_gt_bbox_wh=(40, 40)), ), PackDetInputs(meta_keys=DEFERRED_META_KEYS), False),
     ((), PackDetInputs(meta_keys=DEFERRED_META_KEYS + ('img', )), False)])
+@pytest.mark.parametrize('usable_cpus', [2], indirect=True)  # threads: 2
 def test_samples_finished_while_decoding_only_where_nothing_reads_the_pixels(
-        toy_coco_root, monkeypatch, after, pack, reads_none):
+        toy_coco_root, monkeypatch, after, pack, reads_none, usable_cpus):
     """Threads, 'device': the samples are packed while the last images decode only where the
     transforms after the loader are mmdet's own and leave the pixels unread; else after."""
     pipeline = [*_pipeline()[:-1], *after, pack]
     plan, why = batch_plan(pipeline)
     assert plan is not None, why
     assert reads_no_pixels(plan) == reads_none
-    batched = _dataset(toy_coco_root, pipeline, decode_threads=2)
+    batched = _dataset(toy_coco_root, pipeline)
     reference = _dataset(toy_coco_root, pipeline, batched_fetch=False)
     if type(pack) is PackDetInputs:  # mmdet's own: seen through its transform, still its type
         packs = PackDetInputs.transform
@@ -480,13 +483,13 @@ def _loader(dataset, num_workers, **options):
         list(range(8))[::-1], 3), num_workers=num_workers, collate_fn=fast_collate, **options)
 
 
-@pytest.mark.parametrize('pixels_on,num_workers,decode_threads', [
-    ('device', 2, None), ('device', 0, None), ('device', 0, 3), ('worker', 2, None),
-    ('worker', 0, 3)])
+@pytest.mark.parametrize('pixels_on,num_workers,usable_cpus', [
+    ('device', 2, None), ('device', 0, None), ('device', 0, 1), ('worker', 2, None),
+    ('worker', 0, 1)], indirect=['usable_cpus'])
 def test_dataloader_batches_equal_the_per_sample_ones(toy_coco_root, pixels_on, num_workers,
-                                                      decode_threads):
+                                                      usable_cpus):
     pipeline = _pipeline(pixels_on=pixels_on)
-    dataset = _dataset(toy_coco_root, pipeline, decode_threads=decode_threads)
+    dataset = _dataset(toy_coco_root, pipeline)
     reference = _dataset(toy_coco_root, pipeline, batched_fetch=False)
     batches = list(_loader(dataset, num_workers))
     expected = list(_loader(reference, 0))
@@ -649,6 +652,21 @@ def test_the_datasets_max_pixels_is_its_loaders(toy_coco_root, batched_fetch):
         _dataset(toy_coco_root, _pipeline(max_pixels=90000), validate=False, max_pixels=70000)
 
 
+def test_decode_threads_is_ignored_with_a_warning_once(toy_coco_root, monkeypatch):
+    """The thread count follows the process's CPUs; a config's decode_threads still loads."""
+    from mmdet_ext.datasets import lazy_coco
+    monkeypatch.setattr(lazy_coco, '_warned_decode_threads', False)
+    with record_mmengine_log() as records:
+        old = _dataset(toy_coco_root, decode_threads=3)
+        _dataset(toy_coco_root, decode_threads=1)
+    warnings = [r.getMessage() for r in records if 'decode_threads' in r.getMessage()]
+    assert warnings == ['LazyCocoDataset: decode_threads is ignored: a batch decodes on 1 thread '
+                        'in a DataLoader worker, on every CPU the process may run on with '
+                        'num_workers=0 (taskset narrows it); logged once']
+    _assert_same_samples(_per_sample(_dataset(toy_coco_root, batched_fetch=False), INDICES),
+                         _batched(old, INDICES))
+
+
 @pytest.fixture
 def bad_root(toy_coco_root, tmp_path):
     """Image 2 truncated (refused when read), image 6 with corrupt entropy-coded data (refused
@@ -670,21 +688,20 @@ def _bad_records(work_dir):
 
 
 @pytest.mark.parametrize('pixels_on', PIXELS_ON)
-@pytest.mark.parametrize('decode_threads', [1, 2])  # 2, 'device': decoded while planned
+# 2 CPUs, 'device': decoded while planned
+@pytest.mark.parametrize('usable_cpus', [1, 2], indirect=True)
 def test_bad_samples_are_skipped_and_replaced_as_in_the_per_sample_path(bad_root, tmp_path,
                                                                         log_file, pixels_on,
-                                                                        decode_threads):
+                                                                        usable_cpus):
     assert_bad_samples_skipped_as_per_sample(bad_root, tmp_path, log_file,
-                                             _pipeline(pixels_on=pixels_on), decode_threads)
+                                             _pipeline(pixels_on=pixels_on))
 
 
-def assert_bad_samples_skipped_as_per_sample(bad_root, tmp_path, log_file, pipeline,
-                                             decode_threads=None):
+def assert_bad_samples_skipped_as_per_sample(bad_root, tmp_path, log_file, pipeline):
     """Under 'skip', a batch with a truncated image (refused when read) and a corrupt one
     (refused when decoded) is the per-sample path's: same replacements, records and counts."""
     options = dict(validate=False, on_bad_sample='skip', max_bad_fraction=1.0, pipeline=pipeline)
-    dataset = _dataset(bad_root, work_dir=str(tmp_path / 'batched'),
-                       decode_threads=decode_threads, **options)
+    dataset = _dataset(bad_root, work_dir=str(tmp_path / 'batched'), **options)
     reference = _dataset(bad_root, work_dir=str(tmp_path / 'reference'), batched_fetch=False,
                          **options)
     indices = [0, 1, 2, 5, 6]
@@ -775,9 +792,9 @@ def test_the_runners_num_batch_per_epoch_slice_keeps_the_batched_fetch(toy_coco_
         assert len({image.untyped_storage().data_ptr() for image in batch['inputs']}) == 1
 
 
-@pytest.mark.parametrize('decode_threads', [1, 2])
+@pytest.mark.parametrize('usable_cpus', [1, 2], indirect=True)
 def test_the_inflight_record_names_every_file_of_a_batch_decode(toy_coco_root, tmp_path,
-                                                                 decode_threads):
+                                                                 usable_cpus):
     """Every record written while images are queued or decoding names them before what the
     planning writes: queued after the plan (1 thread, decoded on the caller's), or while planned
     (2 threads: batch_decoder.py)."""
@@ -795,14 +812,14 @@ def test_the_inflight_record_names_every_file_of_a_batch_decode(toy_coco_root, t
             record = Path(inflight_path(str(tmp_path), os.getpid())).read_text()
             self.held.append(record.strip())
 
-    dataset = _dataset(toy_coco_root, decode_threads=decode_threads)
+    dataset = _dataset(toy_coco_root)
     dataset.inflight = RecordingInflight(str(tmp_path))
     dataset.__getitems__([0, 5])
     paths = [str(toy_coco_root / 'train' / f'{i:06d}.jpg') for i in (0, 5)]
     samples = [f'sample 0 (img_id=1, img_path={paths[0]})',
                f'sample 5 (img_id=6, img_path={paths[1]})']
     both = f'batch decode of 2 images: sample 0 ({paths[0]}), sample 5 ({paths[1]})'
-    if decode_threads == 1:
+    if usable_cpus == 1:
         assert dataset.inflight.held == [f'loading {samples[0]}', 'idle', f'loading {samples[1]}',
                                          'idle', f'batch decode of 1 images: sample 0 '
                                          f'({paths[0]}); idle', f'{both}; idle', 'idle']

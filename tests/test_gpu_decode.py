@@ -222,9 +222,10 @@ def test_collate_packs_the_bytes_without_touching_the_samples(toy_coco_root):
 
 
 @needs_native_decoding
-@pytest.mark.parametrize('num_workers,decode_threads', [(0, None), (0, 2), (2, None)])
-def test_batched_fetch_sends_the_same_bytes(toy_coco_root, num_workers, decode_threads):
-    dataset = _dataset(toy_coco_root, 'device', decode_threads=decode_threads)
+@pytest.mark.parametrize('num_workers,usable_cpus', [(0, 1), (0, 2), (2, None)],
+                         indirect=['usable_cpus'])
+def test_batched_fetch_sends_the_same_bytes(toy_coco_root, num_workers, usable_cpus):
+    dataset = _dataset(toy_coco_root, 'device')
     reference = _dataset(toy_coco_root, 'device', batched_fetch=False)
     batched = _batched(dataset)
     per_sample = _samples(reference)

@@ -104,7 +104,7 @@ def batch_plan(transforms: Sequence) -> tuple[Optional[BatchPlan], str]:
     return BatchPlan(list(transforms[:start]), loader, list(transforms[end:])), ''
 
 
-def default_decode_threads() -> int:
+def decode_threads() -> int:
     """1 in a DataLoader worker (the workers are the parallelism), else every core this process
     may run on (``num_workers=0``: the threads are the parallelism)."""
     if torch.utils.data.get_worker_info() is not None:
@@ -181,11 +181,10 @@ def _kept_rng_states():
 class BatchedFetcher:
     """Loads batches of ``dataset`` (a ``LazyCocoDataset``) through ``plan``."""
 
-    def __init__(self, dataset: Any, plan: BatchPlan, decode_threads: Optional[int]) -> None:
+    def __init__(self, dataset: Any, plan: BatchPlan) -> None:
         self.dataset = dataset
         columnar = columnar_plan(dataset, plan) if COLUMNAR_ANNOTATIONS else None
         self.plan, self.columns = columnar or (plan, None)
-        self.decode_threads = decode_threads
         self._logged_fallback = False
         self._overlap_capacity = 0  # the most bytes a batch decoded while planned took
         self._reads_no_pixels = reads_no_pixels(self.plan)
@@ -211,7 +210,7 @@ class BatchedFetcher:
     def _fetch(self, indices: Sequence[int], seeds: list) -> list:
         if self.columns is not None:
             self.columns.prepare(indices)
-        threads = self.decode_threads or default_decode_threads()
+        threads = decode_threads()
         decoder = None
         if threads > 1 and self.plan.loader.pixels_on == 'device':
             # A flat batch: each image's place is known once it is planned, so it decodes on

@@ -90,9 +90,11 @@ class LazyCocoDataset(BaseDetDataset):
         batched_fetch: let the DataLoader fetch whole batches (``__getitems__``): a pipeline
             with ``NativeLoadResizeFlip`` then decodes (and, ``pixels_on='worker'``, resizes and
             flips) each batch in one native call (``batched_fetch.py``,
-            docs/deferred_pixels.md); samples are the same.
-        decode_threads: native threads of that call; default 1 in a DataLoader worker, every
-            core this process may use with ``num_workers=0``.
+            docs/deferred_pixels.md); samples are the same. That call runs on 1 thread in a
+            DataLoader worker (the workers are the parallelism), on every CPU this process may
+            run on with ``num_workers=0`` (its affinity: ``taskset`` narrows it).
+        decode_threads: ignored, with a warning once (its own setting before the affinity was
+            the one home of the thread count; no measurement showed a win for another value).
         (all other arguments as mmdet's ``CocoDataset``)
     """
 
@@ -106,10 +108,9 @@ class LazyCocoDataset(BaseDetDataset):
                  max_bad_fraction: float = 0.1, work_dir: Optional[str] = None,
                  batched_fetch: bool = True, decode_threads: Optional[int] = None,
                  **kwargs) -> None:
-        if decode_threads is not None and decode_threads < 1:
-            raise ValueError(f'decode_threads must be >= 1 or None, got {decode_threads}')
+        if decode_threads is not None:
+            _warn_decode_threads_once()
         self.batched_fetch = batched_fetch
-        self.decode_threads = decode_threads
         # The model's data_preprocessor's pad_size_divisor (WorkerDefaultsHook sets it before
         # the run): the batched fetch allocates its padded batches to it, so that neither
         # fast_collate nor the preprocessor copies them again.
@@ -242,7 +243,7 @@ class LazyCocoDataset(BaseDetDataset):
             if not self.batched_fetch:
                 why = 'batched_fetch=False'
             elif plan is not None:
-                self._fetcher = BatchedFetcher(self, plan, self.decode_threads)
+                self._fetcher = BatchedFetcher(self, plan)
             info = torch.utils.data.get_worker_info()
             if info is None or info.id == 0:  # once, not once per worker
                 print_log(f'{type(self).__name__}: batched fetch ' + (
@@ -397,3 +398,15 @@ class LazyCocoDataset(BaseDetDataset):
         rows = self.store_rows(indices)  # full_init first: the store opens there
         height_width = self.store['image_hw'][rows]
         return height_width[:, 1], height_width[:, 0]
+
+
+_warned_decode_threads = False
+
+
+def _warn_decode_threads_once() -> None:
+    global _warned_decode_threads
+    if not _warned_decode_threads:
+        _warned_decode_threads = True
+        print_log('LazyCocoDataset: decode_threads is ignored: a batch decodes on 1 thread in a '
+                  'DataLoader worker, on every CPU the process may run on with num_workers=0 '
+                  '(taskset narrows it); logged once', logger='current', level=logging.WARNING)
