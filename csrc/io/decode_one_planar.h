@@ -1,7 +1,7 @@
 // Decoding one encoded image straight into a planar [C, H, W] place of a larger buffer, resized
-// and flipped on the way when asked: what decode_images_into (one call per batch) and
-// DecodeQueue (one image at a time, decode_queue.cpp) do to each image. Needs OpenCV and libjpeg
-// (setup.py compiles decode_one_planar.cpp only with both).
+// and flipped on the way when asked: the one per-image routine of every CPU batch decode, which
+// DecodeQueue (decode_queue.h) runs, for the batched fetch and for decode_images_into alike.
+// Needs OpenCV and libjpeg (setup.py compiles decode_one_planar.cpp only with both).
 #pragma once
 
 #include <cstdint>
@@ -10,35 +10,50 @@
 
 namespace mmdet_ext {
 
-// Resize and flip of one image: out_height, out_width, flip (warp_planar.h's codes).
+// Resize and flip of one image: the output size, warp_planar.h's flip code and cv2's
+// interpolation code.
 struct Warp {
-  const int64_t* out_hw_flip;
-  int interpolation;
+  int64_t out_height;
+  int64_t out_width;
+  int64_t flip;
+  int64_t interpolation;
 };
 
-// Where an image goes in `out`: its planes plane_step bytes apart, its rows row_step apart.
+// Where an image goes in its buffer: its planes plane_step bytes apart, its rows row_step apart.
 struct Layout {
   int64_t plane_step;
   int64_t row_step;
 };
 
-// Decodes one image (`size` encoded bytes at `data`) into `out` at `dst` as [C, H, W]; throws when it is not `shape` (C, H, W).
-// With a warp, writes it resized and flipped instead, [C, out_height, out_width]. `layout` says
-// how far apart its planes and rows lie (packed, or a slot of a padded batch).
-void decode_one_planar(const uint8_t* data, int64_t size, int64_t flags, int64_t scale_denom,
-                       int64_t max_pixels, const int64_t* shape, const Warp* warp,
-                       const Layout& layout, uint8_t* dst);
+// One image to decode, checked (plan_decode): its encoded bytes, what it must decode to, the
+// warp if any, and where it goes. Raw pointers, not tensors (see DecodeQueue): whoever made it
+// keeps both buffers alive until it is decoded.
+struct DecodeTask {
+  int64_t tag;  // the caller's name for the image, returned with its error
+  const uint8_t* data;
+  int64_t data_size;
+  uint8_t* dst;
+  int64_t flags;
+  int64_t scale_denom;
+  int64_t max_pixels;
+  int64_t shape[3];  // C, H, W as decoded
+  bool warped;       // resized and flipped with `warp`
+  Warp warp;
+  Layout layout;  // packed, or a slot of a padded batch
+};
 
-// Checks the arguments of one image and returns where its planes and rows go: `shape` (C, H, W
-// as decoded), `warp` (out_height, out_width, flip; null: none) with `interpolation`, `slot_hw`
-// (the slot of a padded batch it is written into, height and width; null: packed), and that it
-// fits in an output of `out_bytes` at `offset`. Errors start with `op` and name `image`. Why
-// here: decode_images_into and DecodeQueue write the same way and refuse the same arguments.
-Layout place_image(const char* op, const std::string& image, const int64_t* shape,
-                   const int64_t* warp, int64_t interpolation, const int64_t* slot_hw,
-                   int64_t offset, int64_t out_bytes);
+// Checks the arguments of one image and returns its task: `shape` (C, H, W as decoded), `warp`
+// (out_height, out_width, flip; null: none) with `interpolation`, `slot_hw` (the slot of a padded
+// batch it is written into, height and width; null: packed), and that it fits in `out` (of
+// `out_bytes`) at `offset`. Errors start with `op` and name the image by `tag`. The one check of
+// every batch decode's arguments, made before anything is written.
+DecodeTask plan_decode(const char* op, int64_t tag, const uint8_t* data, int64_t data_size,
+                       uint8_t* out, int64_t out_bytes, int64_t offset, int64_t flags,
+                       int64_t scale_denom, int64_t max_pixels, const int64_t* shape,
+                       const int64_t* warp, int64_t interpolation, const int64_t* slot_hw);
 
-// An exception's message without a c10 backtrace.
-std::string error_text(const std::exception& err);
+// Decodes `task` into its place (with its warp, resized and flipped, [C, out_height,
+// out_width]); returns "" or the error's text, without a c10 backtrace. Never throws.
+std::string run_decode(const DecodeTask& task);
 
 }  // namespace mmdet_ext

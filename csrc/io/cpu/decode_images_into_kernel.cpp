@@ -1,11 +1,11 @@
 // CPU kernel of mmdet_ext::decode_images_into: a batch of encoded images decoded on a few native
 // threads straight into one preallocated buffer, channel-planar, each image at its offset, and,
-// when asked, resized and flipped on the way. Why: the batched fetch
-// (mmdet_ext/datasets/batched_fetch.py) decodes a whole batch in one call with the GIL released,
-// into the very buffer that crosses to the training process, so no per-image tensor is allocated
-// and nothing is copied after decoding. Every image is decoded exactly as decode_image decodes it
-// (decode_image_to_mat, image_decoder.h) and warped exactly as warp_image warps it
-// (warp_into_planar, transforms/warp_planar.h).
+// when asked, resized and flipped on the way. Why: one call per batch decodes into the very
+// buffer that crosses to the training process, so no per-image tensor is allocated and nothing
+// is copied after decoding. It runs on the batched fetch's own executor, DecodeQueue
+// (io/decode_queue.h): every image checked (plan_decode), then all pushed and waited for. Every
+// image is decoded exactly as decode_image decodes it (decode_image_to_mat, image_decoder.h) and
+// warped exactly as warp_image warps it (warp_into_planar, transforms/warp_planar.h).
 #include <c10/util/Optional.h>
 
 #include <torch/library.h>
@@ -13,18 +13,12 @@
 
 #if defined(MMDET_EXT_WITH_OPENCV) && defined(MMDET_EXT_WITH_LIBJPEG)
 #include <algorithm>
-#include <atomic>
-#include <cstring>
-#include <exception>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include <opencv2/core.hpp>
-
-#include "../image_decoder.h"
 #include "../decode_one_planar.h"
-#include "transforms/warp_planar.h"
+#include "../decode_queue.h"
+#include "../image_decoder.h"
 #else
 #include "optional_libraries.h"
 #endif
@@ -57,50 +51,29 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
                                         (*slot_hw)[1] > 0),
               "decode_images_into: slot_hw must be (height, width), both > 0, got ",
               slot_hw.has_value() ? c10::str(*slot_hw) : std::string());
-  // Every argument is checked before any thread starts: a bad one never writes out of bounds.
-  std::vector<Layout> layouts(static_cast<size_t>(count));
+  // Every argument is checked before any image is decoded: a bad one never writes out of bounds.
+  const int64_t limit = max_pixels.value_or(kDefaultMaxPixels);
+  std::vector<DecodeTask> tasks;
+  tasks.reserve(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     const at::Tensor& bytes = data[i];
     TORCH_CHECK(bytes.device().is_cpu() && bytes.scalar_type() == at::kByte &&
                     bytes.dim() == 1 && bytes.is_contiguous(),
                 "decode_images_into: image ", i, ": expected contiguous 1-D CPU uint8 encoded "
                 "bytes, got ", bytes.scalar_type(), " ", bytes.sizes(), " on ", bytes.device());
-    layouts[static_cast<size_t>(i)] = place_image(
-        "decode_images_into", c10::str("image ", i), shapes.data() + 3 * i,
-        warps.has_value() ? warps->data() + 3 * i : nullptr, interpolation,
-        slot_hw.has_value() ? slot_hw->data() : nullptr, offsets[i], out.numel());
+    tasks.push_back(plan_decode(
+        "decode_images_into", i, bytes.data_ptr<uint8_t>(), bytes.numel(),
+        out.data_ptr<uint8_t>(), out.numel(), offsets[i], flags, scale_denoms[i], limit,
+        shapes.data() + 3 * i, warps.has_value() ? warps->data() + 3 * i : nullptr,
+        interpolation, slot_hw.has_value() ? slot_hw->data() : nullptr));
   }
-
-  std::vector<std::string> errors(static_cast<size_t>(count));
-  std::atomic<int64_t> next{0};
-  uint8_t* base = out.data_ptr<uint8_t>();
-  const int64_t limit = max_pixels.value_or(kDefaultMaxPixels);
-  auto work = [&]() {
-    for (int64_t i = next++; i < count; i = next++) {
-      try {
-        const Warp warp{warps.has_value() ? warps->data() + 3 * i : nullptr,
-                        static_cast<int>(interpolation)};
-        decode_one_planar(data[i].data_ptr<uint8_t>(), data[i].numel(), flags, scale_denoms[i],
-                          limit, shapes.data() + 3 * i,
-                          warps.has_value() ? &warp : nullptr, layouts[static_cast<size_t>(i)],
-                          base + offsets[i]);
-      } catch (const std::exception& err) {
-        errors[static_cast<size_t>(i)] = error_text(err);
-      }
-    }
-  };
-  const int64_t threads = std::clamp<int64_t>(num_threads, 1, std::max<int64_t>(count, 1));
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();  // the calling thread decodes too
-  for (std::thread& thread : pool) thread.join();
-
+  // The calling thread decodes too (in wait), so the queue gets one thread fewer.
+  DecodeQueue queue(std::clamp<int64_t>(num_threads, 1, std::max<int64_t>(count, 1)) - 1);
+  for (const DecodeTask& task : tasks) queue.push(task);
+  std::vector<std::pair<int64_t, std::string>> errors = queue.wait();
+  std::sort(errors.begin(), errors.end());
   std::string failed;
-  for (int64_t i = 0; i < count; ++i) {
-    if (!errors[static_cast<size_t>(i)].empty()) {
-      failed += c10::str("\n  image ", i, ": ", errors[static_cast<size_t>(i)]);
-    }
-  }
+  for (const auto& [image, error] : errors) failed += c10::str("\n  image ", image, ": ", error);
   TORCH_CHECK(failed.empty(), "decode_images_into: these images were not decoded:", failed);
 }
 
