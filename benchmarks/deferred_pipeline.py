@@ -154,7 +154,7 @@ def op_ms_per_batch(paths: list[str], scale: tuple, batch_size: int,
     def today():
         planar = [{'inputs': warp_image(image, out, 'bilinear', directions[i % 2])}
                   for i, (image, out) in enumerate(decoded)]
-        batch = fast_collate(planar, pad_size_divisor=32)
+        batch = fast_collate(planar)
         sizes = torch.tensor(batch['input_shapes'], dtype=torch.int64)
         return normalize_batch(batch['inputs'], mean, std, True, sizes, 0.0)
 

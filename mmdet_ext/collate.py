@@ -34,11 +34,11 @@ from mmengine.logging import print_log
 from . import worker_buffers
 from .ops import FLIP_CODES
 from .registry import FUNCTIONS
-from .rounding import JPEG_SCALE_DENOMS, padded_size, reduced_size
+from .rounding import JPEG_SCALE_DENOMS, reduced_size
 from .transforms.fused_loading import DECODED_SHAPE_KEY, PENDING_WARP_KEY
 
 
-_warned_pin_memory = False
+_warned_ignored = False
 
 
 class FetchedBatch(list):
@@ -74,46 +74,43 @@ def _fetched_buffer(data_batch: Sequence, ndim: int) -> Optional[torch.Tensor]:
 
 
 @FUNCTIONS.register_module()
-def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int = 0,
-                 pin_memory: Optional[bool] = None) -> Any:
+def fast_collate(data_batch: Sequence, pad_size_divisor: Optional[int] = None,
+                 pad_value: Optional[float] = None, pin_memory: Optional[bool] = None) -> Any:
     """Collate ``PackDetInputs`` outputs into a padded batch.
 
     Args:
         data_batch: samples, each ``{'inputs': Tensor[C, H_i, W_i], 'data_samples': ...}``
             (uint8 from the standard pipeline; another dtype, all the same, when the metainfo
             says the tensor is the image); other batches go to ``pseudo_collate``.
-        pad_size_divisor: the batch's height and width are rounded up to a multiple of this.
-            ``FastDetDataPreprocessor`` crops or pads the batch to its own divisor (the one
-            value: ``WorkerDefaultsHook`` hands it to the datasets), so leave it at 1 unless
-            another consumer needs it.
-        pad_value: value of the padding (in the images' own units, before normalisation).
-        pin_memory: ignored, warned about once (the spelling before the one home of this
-            fact: the DataLoader's ``pin_memory``, which ``WorkerDefaultsHook`` sets where
-            CUDA is available; no measurement showed a win for pinning here as well).
+        pad_size_divisor, pad_value, pin_memory: ignored, warned about once (the spellings
+            before each fact had one home: the padding's divisor and value are the model's
+            data preprocessor's, which pads the batch to them -- ``WorkerDefaultsHook`` hands
+            the divisor to the datasets, whose batched fetch allocates its slots to it --,
+            ``pin_memory`` is the DataLoader's).
 
     Returns:
         ``pseudo_collate(data_batch)`` for a batch without the fast path, else
         ``{'inputs': Tensor[B, C, H, W], 'data_samples': [...], 'input_shapes': [(H_i, W_i)]}``,
-        H and W the largest H_i, W_i rounded up to ``pad_size_divisor`` (or a
-        ``FetchedBatch``'s slots' size, padded further: to the model's divisor,
-        ``LazyCocoDataset.pad_size_divisor``); every other key
-        collated as ``pseudo_collate`` would. ``input_shapes`` lets the data preprocessor tell
+        H and W the largest H_i, W_i (or a ``FetchedBatch``'s slots' size: padded to the
+        model's divisor, ``LazyCocoDataset.pad_size_divisor``), the padding zero; every other
+        key collated as ``pseudo_collate`` would. ``input_shapes`` lets the data preprocessor tell
         image from padding. For deferred samples (``pending_warp`` in every sample's metainfo):
         ``inputs`` is Tensor[N] uint8, the samples' CHW pixels one after another,
         ``input_shapes`` their sizes after the pending resize, and ``pending_warp`` is
         ``{'image_shapes': Tensor[B, 3] (h, w, c as decoded), 'out_shapes': Tensor[B, 2],
         'flips': Tensor[B] (``mmdet_ext.ops.FLIP_CODES``), 'interpolation': str}``
-        (``pad_size_divisor`` does not apply: nothing is padded). Samples whose bytes are still
+        (nothing is padded). Samples whose bytes are still
         encoded (``decode_on='device'``): ``inputs`` is their files' bytes one after another,
         ``image_shapes`` what they decode to, and ``pending_warp['encoded_sizes']`` is
         Tensor[B] int64, each file's byte count.
     """
     if len(data_batch) == 0:
         raise ValueError('fast_collate: the batch is empty')
-    if pad_size_divisor < 1:
-        raise ValueError(f'fast_collate: pad_size_divisor must be >= 1, got {pad_size_divisor}')
-    if pin_memory is not None:
-        _warn_pin_memory_once()
+    ignored = {name: value for name, value in (('pad_size_divisor', pad_size_divisor),
+                                               ('pad_value', pad_value),
+                                               ('pin_memory', pin_memory)) if value is not None}
+    if ignored:
+        _warn_ignored_once(ignored)
     # Deferred samples before the fast-path test: their images are not what the model takes
     # (decoded size, or a file's bytes), so pseudo_collate would hand it the wrong pixels.
     warps = _pending_warps(data_batch) if all(
@@ -126,21 +123,19 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
     _check_images_have_their_shape(data_batch)
     images = [sample['inputs'] for sample in data_batch]
     first = images[0]
-    height = padded_size(max(image.shape[1] for image in images), pad_size_divisor)
-    width = padded_size(max(image.shape[2] for image in images), pad_size_divisor)
     batch = _fetched_buffer(data_batch, 4)
-    if batch is not None and any(side % pad_size_divisor for side in batch.shape[2:]):
-        batch = None  # slots padded to the model's divisor, not to this one
     copy = batch is None
     if copy:
+        height = max(image.shape[1] for image in images)
+        width = max(image.shape[2] for image in images)
         batch = allocate_batch(first, (len(images), first.shape[0], height, width))
     for slot, image in zip(batch, images):
         h, w = image.shape[1:]
         if copy:
             slot[:, :h, :w].copy_(image)
         # Fill only the padding: the image region is written exactly once.
-        slot[:, h:, :].fill_(pad_value)
-        slot[:, :h, w:].fill_(pad_value)
+        slot[:, h:, :].fill_(0)
+        slot[:, :h, w:].fill_(0)
 
     others = [{key: value for key, value in sample.items() if key != 'inputs'}
               for sample in data_batch]
@@ -150,13 +145,14 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: int = 1, pad_value: int
     return collated
 
 
-def _warn_pin_memory_once() -> None:
-    global _warned_pin_memory
-    if not _warned_pin_memory:
-        _warned_pin_memory = True
-        print_log("fast_collate: pin_memory is ignored; set the DataLoader's pin_memory "
-                  '(WorkerDefaultsHook sets it where CUDA is available); logged once',
-                  logger='current', level=logging.WARNING)
+def _warn_ignored_once(ignored: dict) -> None:
+    global _warned_ignored
+    if not _warned_ignored:
+        _warned_ignored = True
+        spelled = ', '.join(f'{name}={value!r}' for name, value in ignored.items())
+        print_log(f'fast_collate: {spelled} ignored: the padding is the model data '
+                  "preprocessor's (its pad_size_divisor and pad_value), pin_memory the "
+                  "DataLoader's; logged once", logger='current', level=logging.WARNING)
 
 
 def allocate_batch(first: torch.Tensor, shape: tuple) -> torch.Tensor:

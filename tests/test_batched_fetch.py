@@ -419,8 +419,8 @@ def test_a_worker_resized_batch_is_decoded_into_the_padded_batch_fast_collate_se
     pipeline = _pipeline(resize, pixels_on='worker')
     samples = _batched(_dataset(toy_coco_root, pipeline), INDICES)
     expected = _per_sample(_dataset(toy_coco_root, pipeline, batched_fetch=False), INDICES)
-    batch = fast_collate(samples, pad_value=3)
-    reference = fast_collate(expected, pad_value=3)
+    batch = fast_collate(samples)
+    reference = fast_collate(expected)
     # Each sample's inputs are the top left of its slot of the batch: nothing was copied.
     assert batch['inputs'].data_ptr() == samples[0]['inputs'].data_ptr()
     assert [s['inputs'].data_ptr() for s in samples] == \
@@ -428,38 +428,33 @@ def test_a_worker_resized_batch_is_decoded_into_the_padded_batch_fast_collate_se
     assert torch.equal(batch['inputs'], reference['inputs'])  # padding included
     assert batch['input_shapes'] == reference['input_shapes']
     _assert_same_samples(expected, samples)  # the padding written left the pixels alone
-    # A larger pad_size_divisor than the slots were padded to, or samples out of slot order:
-    # a batch of their own.
-    for other, others in ((fast_collate(samples, pad_size_divisor=64), fast_collate(
-            expected, pad_size_divisor=64)), (fast_collate(samples[::-1]),
-                                              fast_collate(expected[::-1]))):
-        assert other['inputs'].data_ptr() != samples[0]['inputs'].data_ptr()
-        assert torch.equal(other['inputs'], others['inputs'])
+    # Samples out of slot order: a batch of their own.
+    other, others = fast_collate(samples[::-1]), fast_collate(expected[::-1])
+    assert other['inputs'].data_ptr() != samples[0]['inputs'].data_ptr()
+    assert torch.equal(other['inputs'], others['inputs'])
 
 
 @pytest.mark.parametrize('resize', RESIZES)
 def test_slots_padded_to_the_models_divisor_reach_the_model_without_a_copy(toy_coco_root,
                                                                           resize):
     """The dataset's pad_size_divisor (the model's, WorkerDefaultsHook hands it over): the slots
-    are allocated padded to it, fast_collate sends them as they are (any collate divisor that
-    divides it), and the preprocessed batch is mmdet's."""
+    are allocated padded to it, fast_collate sends them as they are, and the preprocessed batch
+    is mmdet's."""
     pipeline = _pipeline(resize, pixels_on='worker')
     dataset = _dataset(toy_coco_root, pipeline)
     dataset.pad_size_divisor = 64
     samples = _batched(dataset, INDICES)
     expected = _per_sample(_dataset(toy_coco_root, pipeline, batched_fetch=False), INDICES)
     _assert_same_samples(expected, samples)
-    reference = fast_collate(expected, pad_size_divisor=64, pad_value=3)
-    for collate_divisor in (1, 32, 64):
-        batch = fast_collate(samples, pad_size_divisor=collate_divisor, pad_value=3)
-        assert batch['inputs'].data_ptr() == samples[0]['inputs'].data_ptr()
-        assert [s['inputs'].data_ptr() for s in samples] == \
-            [slot.data_ptr() for slot in batch['inputs']]
-        assert torch.equal(batch['inputs'], reference['inputs'])  # padding included
+    batch = fast_collate(samples)
+    assert batch['inputs'].data_ptr() == samples[0]['inputs'].data_ptr()
+    assert [s['inputs'].data_ptr() for s in samples] == \
+        [slot.data_ptr() for slot in batch['inputs']]
     assert all(size % 64 == 0 for size in batch['inputs'].shape[2:])
-    # A collate divisor the slots are not padded to: a batch of its own, as before.
-    assert fast_collate(samples, pad_size_divisor=128)['inputs'].data_ptr() != \
-        samples[0]['inputs'].data_ptr()
+    reference = fast_collate(expected)  # the largest image's size: the slots' top left
+    height, width = reference['inputs'].shape[2:]
+    assert torch.equal(batch['inputs'][:, :, :height, :width], reference['inputs'])
+    assert not batch['inputs'][:, :, height:].any() and not batch['inputs'][..., width:].any()
     args = dict(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375], bgr_to_rgb=True,
                 pad_size_divisor=64)
     ours = FastDetDataPreprocessor(**args)(fast_collate(samples), training=False)

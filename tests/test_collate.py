@@ -45,8 +45,8 @@ def _mixed_size_batch(dataset) -> list[dict]:
 @needs_native_decoding
 def test_pads_like_stack_batch_and_keeps_every_other_key(toy_coco_root):
     batch = _mixed_size_batch(_dataset(toy_coco_root))
-    out = fast_collate(batch, pad_size_divisor=32, pad_value=7)
-    expected = stack_batch([s['inputs'] for s in batch], pad_size_divisor=32, pad_value=7)
+    out = fast_collate(batch)
+    expected = stack_batch([s['inputs'] for s in batch])  # to the largest image, zeros
     assert out['inputs'].dtype == torch.uint8
     assert torch.equal(out['inputs'], expected)
     assert out['input_shapes'] == [tuple(s['inputs'].shape[1:]) for s in batch]
@@ -127,23 +127,26 @@ def test_dataloader_batches_equal_in_process_and_in_workers(toy_coco_root, num_w
 
 
 @needs_native_decoding
-def test_pin_memory_is_the_dataloaders_alone(toy_coco_root, tmp_path, monkeypatch):
-    """fast_collate's old pin_memory changes nothing (the same batch, nothing pinned) and says
-    once where the setting lives."""
+def test_padding_and_pinning_are_the_models_and_the_dataloaders_alone(toy_coco_root, tmp_path,
+                                                                       monkeypatch):
+    """fast_collate's old pad_size_divisor, pad_value and pin_memory change nothing (the same
+    batch, nothing pinned) and it says once where each setting lives."""
     from mmengine.logging import MMLogger
 
     from mmdet_ext import collate
-    monkeypatch.setattr(collate, '_warned_pin_memory', False)
+    monkeypatch.setattr(collate, '_warned_ignored', False)
     log = tmp_path / 'run.log'
     MMLogger.get_instance(f'pin_{tmp_path.name}', log_file=str(log), log_level='INFO')
     batch = _mixed_size_batch(_dataset(toy_coco_root))
-    pinned_asked = [fast_collate(batch, pin_memory=flag) for flag in (True, False, True)]
-    assert all(not collated['inputs'].is_pinned() for collated in pinned_asked)
-    assert all(torch.equal(collated['inputs'], fast_collate(batch)['inputs'])
-               for collated in pinned_asked)
-    assert log.read_text().count("fast_collate: pin_memory is ignored; set the DataLoader's "
-                                 'pin_memory (WorkerDefaultsHook sets it where CUDA is '
-                                 'available); logged once') == 1
+    old = [fast_collate(batch, pin_memory=True, pad_size_divisor=32, pad_value=7),
+           fast_collate(batch, pin_memory=False), fast_collate(batch, pad_size_divisor=1)]
+    assert all(not collated['inputs'].is_pinned() for collated in old)
+    assert all(torch.equal(collated['inputs'], fast_collate(batch)['inputs']) for collated in old)
+    assert log.read_text().count(
+        'fast_collate: pad_size_divisor=32, pad_value=7, pin_memory=True ignored: the padding is '
+        "the model data preprocessor's (its pad_size_divisor and pad_value), pin_memory the "
+        "DataLoader's; logged once") == 1
+    assert log.read_text().count('fast_collate:') == 1
 
 
 @requires_opcheck
@@ -193,26 +196,25 @@ def _slot_batch():
 
 def test_a_fetched_batch_is_collated_to_its_buffer_and_a_list_of_the_same_views_is_copied():
     """The batched fetch hands its batch by type: fast_collate takes the buffer (only the
-    padding written). The same views in a plain list, a sample whose inputs was replaced, or a
-    divisor the slots do not meet: copied, the same pixels."""
+    padding written, zeros). The same views in a plain list, or a sample whose inputs was
+    replaced: copied, the same pixels."""
     batch, buffer = _slot_batch()
     images = [view.clone() for view in batch.views]
-    collated = fast_collate(batch, pad_value=7)
+    collated = fast_collate(batch)
     assert collated['inputs'].data_ptr() == buffer.data_ptr()
     assert collated['input_shapes'] == [(5, 6), (7, 4)]
     for slot, image in zip(collated['inputs'], images):
         h, w = image.shape[1:]
         assert torch.equal(slot[:, :h, :w], image)
-        assert (slot[:, h:, :] == 7).all() and (slot[:, :h, w:] == 7).all()
+        assert (slot[:, h:, :] == 0).all() and (slot[:, :h, w:] == 0).all()
     fetched, _ = _slot_batch()
     replaced, _ = _slot_batch()
     replaced[1] = {'inputs': replaced.views[1].clone()}
-    for copied in (fast_collate(list(fetched), pad_value=7), fast_collate(replaced, pad_value=7),
-                   fast_collate(_slot_batch()[0], pad_size_divisor=16, pad_value=7)):
+    for copied in (fast_collate(list(fetched)), fast_collate(replaced)):
         assert copied['inputs'].data_ptr() != buffer.data_ptr()
+        assert tuple(copied['inputs'].shape) == (2, 3, 7, 6)  # the largest image's size
         for slot, image in zip(copied['inputs'], images):
             assert torch.equal(slot[:, :image.shape[1], :image.shape[2]], image)
-    assert tuple(copied['inputs'].shape) == (2, 3, 16, 16)
 
 
 def test_a_fetched_flat_batch_of_deferred_images_is_collated_to_its_buffer():

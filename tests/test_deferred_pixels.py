@@ -9,7 +9,8 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from mmdet.datasets.transforms import PackDetInputs
+from mmdet.datasets import CocoDataset
+from mmdet.datasets.transforms import LoadAnnotations, PackDetInputs
 from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmengine.dataset import pseudo_collate
 from torch.utils.data import DataLoader
@@ -192,17 +193,17 @@ def test_prefetcher_hands_out_every_batch_in_order(toy_coco_root):
 @pytest.mark.parametrize('size, scale', [(None, (1333, 800)), ((333, 250), (80, 60))],
                          ids=['full-size-decode', 'reduced-decode-of-an-odd-width'])
 def test_deferred_samples_without_their_record_are_refused(toy_coco_root, tmp_path, size, scale):
-    # The default meta_keys drop 'pending_warp': the images arrive unresized, and batching them
-    # as they are would train on the wrong pixels. At (80, 60) a 333x250 JPEG is decoded at 1/4:
-    # 84x63, its width rounded up.
+    # Outside a LazyCocoDataset (which adds it, below), the default meta_keys drop
+    # 'pending_warp': the images arrive unresized, and batching them as they are would train on
+    # the wrong pixels. At (80, 60) a 333x250 JPEG is decoded at 1/4: 84x63, its width rounded up.
     root = toy_coco_root
     if size is not None:
         root = tmp_path / 'odd'
         make_toy_coco(root, num_train=2, num_val=1, width=size[0], height=size[1])
-    pipeline = [LoadLazyAnnotations(with_bbox=True, with_mask=True),
+    pipeline = [LoadAnnotations(with_bbox=True),  # its masks need an image loader first
                 NativeLoadResizeFlip(scale=scale, keep_ratio=True, pixels_on='device'),
                 PackDetInputs()]
-    dataset = LazyCocoDataset(data_root=str(root),
+    dataset = CocoDataset(data_root=str(root),
                               ann_file='annotations/instances_train.json',
                               data_prefix=dict(img='train/'), metainfo=dict(classes=CLASSES),
                               pipeline=pipeline)
@@ -218,6 +219,25 @@ def test_deferred_samples_without_their_record_are_refused(toy_coco_root, tmp_pa
         '(mmdet_ext.transforms.DEFERRED_META_KEYS).')
     if size is not None:
         assert samples[0]['inputs'].shape[1:] == (63, 84)
+
+
+@pytest.mark.parametrize('defer', ['resize', 'decode'])
+def test_a_lazy_coco_dataset_gives_pack_det_inputs_the_record(toy_coco_root, defer):
+    """PackDetInputs() after a deferring loader: LazyCocoDataset adds 'pending_warp' to its
+    meta_keys, so the batch is the one the explicit DEFERRED_META_KEYS give."""
+    pack = PackDetInputs()
+    dataset = LazyCocoDataset(
+        data_root=str(toy_coco_root), ann_file='annotations/instances_train.json',
+        data_prefix=dict(img='train/'), metainfo=dict(classes=CLASSES),
+        pipeline=[LoadLazyAnnotations(with_bbox=True, with_mask=True),
+                  NativeLoadResizeFlip(**RESIZES[0], **FLIP, defer=defer), pack])
+    assert pack.meta_keys == DEFERRED_META_KEYS
+    explicit = _dataset(toy_coco_root, 'device', RESIZES[0])
+    if defer == 'decode':
+        explicit.pipeline.transforms[1].defer = 'decode'
+    preprocess = FastDetDataPreprocessor(**PREPROCESSOR)
+    _assert_same_batches(preprocess(fast_collate(_samples(dataset)), training=True),
+                         preprocess(fast_collate(_samples(explicit)), training=True))
 
 
 def test_the_old_spellings_are_defer_with_one_warning(monkeypatch):

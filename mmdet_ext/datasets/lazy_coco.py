@@ -6,12 +6,13 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 from mmdet.datasets import BaseDetDataset, CocoDataset
+from mmdet.datasets.transforms import PackDetInputs
 from mmengine.logging import print_log
 
 from .._compat import dataset_fully_initialized, dataset_indices, mark_dataset_fully_initialized
 from ..io import DEFAULT_MAX_PIXELS
 from ..registry import DATASETS
-from ..transforms.fused_loading import NativeLoadResizeFlip
+from ..transforms.fused_loading import PENDING_WARP_KEY, NativeLoadResizeFlip
 from ..transforms.loading import NativeLoadImageFromFile
 from .annotation_store import (MISSING_EXAMPLE, MISSING_IMAGES, PROBLEMS_SUFFIX,
                                VALIDATION_COUNTS, AnnotationStore, open_store)
@@ -127,7 +128,7 @@ class LazyCocoDataset(BaseDetDataset):
         self._rows = np.zeros(0, dtype=np.int64)
         self._missing_images_error: Optional[str] = None
         super().__init__(*args, **kwargs)
-        self._hand_max_pixels()
+        self._hand_to_pipeline()
 
     def full_init(self) -> None:
         if dataset_fully_initialized(self):
@@ -238,7 +239,7 @@ class LazyCocoDataset(BaseDetDataset):
         pipeline = self.pipeline
         if self._fetcher_for is not pipeline:
             self._fetcher_for, self._fetcher = pipeline, None
-            self._hand_max_pixels()
+            self._hand_to_pipeline()
             plan, why = batch_plan(getattr(pipeline, 'transforms', []))
             if not self.batched_fetch:
                 why = 'batched_fetch=False'
@@ -251,10 +252,19 @@ class LazyCocoDataset(BaseDetDataset):
                     f'off, samples load one by one: {why}'), logger='current', level=logging.INFO)
         return self._fetcher
 
-    def _hand_max_pixels(self) -> None:
+    def _hand_to_pipeline(self) -> None:
         """Give the pipeline's native loaders this dataset's ``max_pixels`` (see the class
-        docstring); PipelineSwitchHook's new pipeline gets it when it is first used."""
+        docstring), and each ``PackDetInputs`` after a loader that defers its pixels the
+        ``pending_warp`` record in its ``meta_keys`` (the data preprocessor finishes the pixels
+        from it: a config need not list it). PipelineSwitchHook's new pipeline gets both when it
+        is first used."""
+        deferred = False
         for transform in getattr(self.pipeline, 'transforms', []):
+            deferred = deferred or (isinstance(transform, NativeLoadResizeFlip)
+                                    and transform.defer is not None)
+            if deferred and isinstance(transform, PackDetInputs) and \
+                    PENDING_WARP_KEY not in transform.meta_keys:
+                transform.meta_keys = (*transform.meta_keys, PENDING_WARP_KEY)
             if not isinstance(transform, NATIVE_LOADERS) or \
                     transform.max_pixels == self.max_pixels:
                 continue

@@ -168,14 +168,15 @@ class NativeLoadResizeFlip(BaseTransform):
     ``PackDetInputs`` copies nothing) and every other key is what the default writes
     (``img_shape``, ``scale_factor``, ``flip``, boxes, masks, homography: the final geometry).
     ``results['pending_warp']`` records what remains, ``{'out_shape': (h, w),
-    'flip_direction': ..., 'interpolation': ...}``; add ``'pending_warp'`` to
-    ``PackDetInputs``' ``meta_keys`` (``DEFERRED_META_KEYS``) so that ``fast_collate`` packs the
-    batch for ``FastDetDataPreprocessor``, which resizes, flips, normalises and pads it in one op
-    on the model's device. Nothing may touch ``img`` in between; bilinear and nearest only, no
-    ``to_float32``. ``defer='decode'`` (``color_type='color'``) leaves the decode to the training
-    process too: ``img`` is then the file's bytes (a 1xN uint8 array, so ``inputs`` is
-    Tensor[1, 1, N]) and ``pending_warp['decoded_shape']`` the (h, w, 3) they decode to (from the
-    header; a file whose header does not tell is decoded here to learn it).
+    'flip_direction': ..., 'interpolation': ...}``, which ``PackDetInputs`` must carry in its
+    ``meta_keys`` (``LazyCocoDataset`` adds it; elsewhere list ``DEFERRED_META_KEYS``) so that
+    ``fast_collate`` packs the batch for ``FastDetDataPreprocessor``, which resizes, flips,
+    normalises and pads it in one op on the model's device. Nothing may touch ``img`` in
+    between; bilinear and nearest only, no ``to_float32``. ``defer='decode'``
+    (``color_type='color'``) leaves the decode to the training process too: ``img`` is then the
+    file's bytes (a 1xN uint8 array, so ``inputs`` is Tensor[1, 1, N]) and
+    ``pending_warp['decoded_shape']`` the (h, w, 3) they decode to (from the header; a file
+    whose header does not tell is decoded here to learn it).
     ``FastDetDataPreprocessor`` decodes the batch on the GPU with nvJPEG where it may
     (``ops/gpu_decode.py``), else on the CPU. No reduced-size decode: full size, as mmdet. The
     spellings before ``defer`` -- ``pixels_on='device'`` for ``'resize'``, with
