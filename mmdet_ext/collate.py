@@ -22,23 +22,21 @@ metainfo) are packed without resizing or padding: one flat uint8 buffer of their
 pixels, for ``FastDetDataPreprocessor`` to resize, flip, normalise and pad on the model's device
 (docs/deferred_pixels.md).
 """
-import logging
 from collections.abc import Sequence
 from typing import Any, Optional
 
 import numpy as np
 import torch
 from mmengine.dataset import pseudo_collate
-from mmengine.logging import print_log
 
 from . import worker_buffers
+from .moved_settings import warn_once
 from .ops import FLIP_CODES
 from .registry import FUNCTIONS
 from .rounding import JPEG_SCALE_DENOMS, reduced_size
 from .transforms.fused_loading import DECODED_SHAPE_KEY, PENDING_WARP_KEY
 
 
-_warned_ignored = False
 
 
 class FetchedBatch(list):
@@ -146,13 +144,9 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: Optional[int] = None,
 
 
 def _warn_ignored_once(ignored: dict) -> None:
-    global _warned_ignored
-    if not _warned_ignored:
-        _warned_ignored = True
-        spelled = ', '.join(f'{name}={value!r}' for name, value in ignored.items())
-        print_log(f'fast_collate: {spelled} ignored: the padding is the model data '
-                  "preprocessor's (its pad_size_divisor and pad_value), pin_memory the "
-                  "DataLoader's; logged once", logger='current', level=logging.WARNING)
+    spelled = ', '.join(f'{name}={value!r}' for name, value in ignored.items())
+    warn_once('fast_collate', f'fast_collate: {spelled} ignored: the padding is the model data '
+              "preprocessor's (its pad_size_divisor and pad_value), pin_memory the DataLoader's")
 
 
 def allocate_batch(first: torch.Tensor, shape: tuple) -> torch.Tensor:

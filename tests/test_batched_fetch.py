@@ -649,8 +649,8 @@ def test_the_datasets_max_pixels_is_its_loaders(toy_coco_root, batched_fetch):
 
 def test_decode_threads_is_ignored_with_a_warning_once(toy_coco_root, monkeypatch):
     """The thread count follows the process's CPUs; a config's decode_threads still loads."""
-    from mmdet_ext.datasets import lazy_coco
-    monkeypatch.setattr(lazy_coco, '_warned_decode_threads', False)
+    from mmdet_ext import moved_settings
+    monkeypatch.setattr(moved_settings, '_warned', set())
     with record_mmengine_log() as records:
         old = _dataset(toy_coco_root, decode_threads=3)
         _dataset(toy_coco_root, decode_threads=1)

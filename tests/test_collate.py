@@ -133,8 +133,8 @@ def test_padding_and_pinning_are_the_models_and_the_dataloaders_alone(toy_coco_r
     batch, nothing pinned) and it says once where each setting lives."""
     from mmengine.logging import MMLogger
 
-    from mmdet_ext import collate
-    monkeypatch.setattr(collate, '_warned_ignored', False)
+    from mmdet_ext import moved_settings
+    monkeypatch.setattr(moved_settings, '_warned', set())
     log = tmp_path / 'run.log'
     MMLogger.get_instance(f'pin_{tmp_path.name}', log_file=str(log), log_level='INFO')
     batch = _mixed_size_batch(_dataset(toy_coco_root))

@@ -242,8 +242,8 @@ def test_a_lazy_coco_dataset_gives_pack_det_inputs_the_record(toy_coco_root, def
 
 def test_the_old_spellings_are_defer_with_one_warning(monkeypatch):
     """pixels_on / decode_on (before `defer`) give the same transform, and say so once."""
-    from mmdet_ext.transforms import fused_loading
-    monkeypatch.setattr(fused_loading, '_warned_old_spelling', False)
+    from mmdet_ext import moved_settings
+    monkeypatch.setattr(moved_settings, '_warned', set())
     with record_mmengine_log() as records:
         for old, defer in ((dict(pixels_on='worker'), None), (dict(pixels_on='device'), 'resize'),
                            (dict(pixels_on='device', decode_on='device'), 'decode')):

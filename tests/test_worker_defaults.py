@@ -18,7 +18,7 @@ from mmdet_ext import (LazyCocoDataset, LoadLazyAnnotations, NativeLoadResizeFli
 from mmdet_ext.models import FastDetDataPreprocessor
 from mmdet_ext.datasets.wrapper_fetch import wrapped_datasets
 from mmdet_ext.engine.hooks.worker_defaults_hook import DEFAULT_TIMEOUT_S, usable_cpu_count
-from mmdet_ext.engine.hooks import worker_defaults_hook
+from mmdet_ext import moved_settings
 from helpers.tiny_runner import (LossRecorderHook, read_losses, record_mmengine_log,
                                  tiny_runner_kwargs)
 
@@ -77,7 +77,7 @@ def test_the_dataloaders_own_settings_are_kept():
 
 
 def test_the_old_arguments_keep_working_with_a_warning_once(monkeypatch):
-    monkeypatch.setattr(worker_defaults_hook, '_warned_old_arguments', False)
+    monkeypatch.setattr(moved_settings, '_warned', set())
     with record_mmengine_log() as records:
         hook = WorkerDefaultsHook(max_workers=1, timeout=30, pin_memory=False)
         WorkerDefaultsHook(timeout=0)

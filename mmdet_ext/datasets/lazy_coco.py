@@ -11,6 +11,7 @@ from mmengine.logging import print_log
 
 from .._compat import dataset_fully_initialized, dataset_indices, mark_dataset_fully_initialized
 from ..io import DEFAULT_MAX_PIXELS
+from ..moved_settings import warn_once
 from ..registry import DATASETS
 from ..transforms.fused_loading import PENDING_WARP_KEY, NativeLoadResizeFlip
 from ..transforms.loading import NativeLoadImageFromFile
@@ -110,7 +111,9 @@ class LazyCocoDataset(BaseDetDataset):
                  batched_fetch: bool = True, decode_threads: Optional[int] = None,
                  **kwargs) -> None:
         if decode_threads is not None:
-            _warn_decode_threads_once()
+            warn_once('decode_threads', 'LazyCocoDataset: decode_threads is ignored: a batch '
+                      'decodes on 1 thread in a DataLoader worker, on every CPU the process may '
+                      'run on with num_workers=0 (taskset narrows it)')
         self.batched_fetch = batched_fetch
         # The model's data_preprocessor's pad_size_divisor (WorkerDefaultsHook sets it before
         # the run): the batched fetch allocates its padded batches to it, so that neither
@@ -409,14 +412,3 @@ class LazyCocoDataset(BaseDetDataset):
         height_width = self.store['image_hw'][rows]
         return height_width[:, 1], height_width[:, 0]
 
-
-_warned_decode_threads = False
-
-
-def _warn_decode_threads_once() -> None:
-    global _warned_decode_threads
-    if not _warned_decode_threads:
-        _warned_decode_threads = True
-        print_log('LazyCocoDataset: decode_threads is ignored: a batch decodes on 1 thread in a '
-                  'DataLoader worker, on every CPU the process may run on with num_workers=0 '
-                  '(taskset narrows it); logged once', logger='current', level=logging.WARNING)

@@ -1,6 +1,5 @@
 """Load + Resize + RandomFlip as one transform: decode (reduced-size when the target allows it),
 then resize and flip in one native call."""
-import logging
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 import mmcv
@@ -9,10 +8,10 @@ import torch
 from mmcv.transforms import BaseTransform
 from mmdet.datasets.transforms import RandomFlip, Resize
 from mmdet.structures.bbox import autocast_box_type
-from mmengine.logging import print_log
 
 from .._compat import choose_flip_direction, record_homography, resize_annotations, scale_size
 from ..io import DEFAULT_MAX_PIXELS, ImageHeader
+from ..moved_settings import warn_once
 from ..ops import warp_image
 from ..registry import TRANSFORMS
 from ..rounding import JPEG_SCALE_DENOMS, reduced_size
@@ -30,7 +29,6 @@ DEVICE_INTERPOLATIONS = ('bilinear', 'nearest')
 # (pixels_on, decode_on) -> defer.
 _OLD_SPELLINGS = {('worker', 'worker'): None, ('device', 'worker'): 'resize',
                   ('device', 'device'): 'decode'}
-_warned_old_spelling = False
 _ZERO_BYTE = np.zeros(1, np.uint8)
 # The record of what remains to be done to a deferred image; PackDetInputs must carry it.
 PENDING_WARP_KEY = 'pending_warp'
@@ -455,7 +453,6 @@ def _defer_from_old_spelling(defer: Optional[str], pixels_on: Optional[str],
                              decode_on: Optional[str]) -> Optional[str]:
     """``defer`` for the spellings before it (``pixels_on``, ``decode_on``), warned about once
     per process; refused where they say something ``defer`` cannot, or contradict it."""
-    global _warned_old_spelling
     spelled = (pixels_on or 'worker', decode_on or 'worker')
     if spelled not in _OLD_SPELLINGS:
         raise ValueError(f'NativeLoadResizeFlip: pixels_on={pixels_on!r}, decode_on='
@@ -466,9 +463,7 @@ def _defer_from_old_spelling(defer: Optional[str], pixels_on: Optional[str],
         raise ValueError(f'NativeLoadResizeFlip: defer={defer!r} contradicts pixels_on='
                          f'{pixels_on!r}, decode_on={decode_on!r} (defer={meant!r}); set defer '
                          'alone')
-    if not _warned_old_spelling:
-        _warned_old_spelling = True
-        print_log(f'NativeLoadResizeFlip: pixels_on={pixels_on!r}, decode_on={decode_on!r} is '
-                  f'spelled defer={meant!r} now (the old spelling keeps working); logged once',
-                  logger='current', level=logging.WARNING)
+    warn_once('NativeLoadResizeFlip.pixels_on', f'NativeLoadResizeFlip: pixels_on={pixels_on!r}, '
+              f'decode_on={decode_on!r} is spelled defer={meant!r} now (the old spelling keeps '
+              'working)')
     return meant

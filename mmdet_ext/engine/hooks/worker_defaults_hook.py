@@ -1,6 +1,5 @@
 """``WorkerDefaultsHook``: sane DataLoader worker settings, applied before the first batch."""
 import functools
-import logging
 import os
 from typing import Callable, Optional
 
@@ -15,6 +14,7 @@ from ..._compat import (discard_dataloader_iterator, infinite_iterator_epoch,
 from ..._native import _C
 from ...datasets import LazyCocoDataset
 from ...datasets.wrapper_fetch import wrapped_datasets
+from ...moved_settings import warn_once
 from ...registry import HOOKS
 
 
@@ -49,7 +49,6 @@ DEFAULT_TIMEOUT_S = 900
 _SETTINGS = ('pin_memory', 'timeout')
 # The hook's arguments before the dataloader's own settings were their one home.
 _OLD_ARGUMENTS = ('max_workers', 'pin_memory', 'timeout')
-_warned_old_arguments = False
 
 
 @HOOKS.register_module()
@@ -143,11 +142,7 @@ class WorkerDefaultsHook(Hook):
 
 
 def _warn_old_arguments_once(arguments: dict) -> None:
-    global _warned_old_arguments
-    if not _warned_old_arguments:
-        _warned_old_arguments = True
-        spelled = ', '.join(f'{key}={value!r}' for key, value in arguments.items())
-        print_log(f"WorkerDefaultsHook({spelled}): set the dataloader's own num_workers, "
-                  'pin_memory and timeout instead (the hook fills in only what a dataloader '
-                  'leaves unset); the old arguments keep working; logged once',
-                  logger='current', level=logging.WARNING)
+    spelled = ', '.join(f'{key}={value!r}' for key, value in arguments.items())
+    warn_once('WorkerDefaultsHook', f"WorkerDefaultsHook({spelled}): set the dataloader's own "
+              'num_workers, pin_memory and timeout instead (the hook fills in only what a '
+              'dataloader leaves unset); the old arguments keep working')
