@@ -37,8 +37,6 @@ from .rounding import JPEG_SCALE_DENOMS, reduced_size
 from .transforms.fused_loading import DECODED_SHAPE_KEY, PENDING_WARP_KEY
 
 
-
-
 class FetchedBatch(list):
     """The samples of a batch whose images were made in one buffer: a list of the samples, each
     ``inputs`` a view of ``buffer``, which ``fast_collate`` takes as the batch's ``inputs``
@@ -97,9 +95,9 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: Optional[int] = None,
         ``input_shapes`` their sizes after the pending resize, and ``pending_warp`` is
         ``{'image_shapes': Tensor[B, 3] (h, w, c as decoded), 'out_shapes': Tensor[B, 2],
         'flips': Tensor[B] (``mmdet_ext.ops.FLIP_CODES``), 'interpolation': str}``
-        (nothing is padded). Samples whose bytes are still
-        encoded (``decode_on='device'``): ``inputs`` is their files' bytes one after another,
-        ``image_shapes`` what they decode to, and ``pending_warp['encoded_sizes']`` is
+        (nothing is padded). Samples whose bytes are still encoded (``decode_on='device'``):
+        ``inputs`` is their files' bytes one after another, ``image_shapes`` what they decode
+        to, and ``pending_warp['encoded_sizes']`` is
         Tensor[B] int64, each file's byte count.
     """
     if len(data_batch) == 0:
@@ -108,7 +106,10 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: Optional[int] = None,
                                                ('pad_value', pad_value),
                                                ('pin_memory', pin_memory)) if value is not None}
     if ignored:
-        _warn_ignored_once(ignored)
+        spelled = ', '.join(f'{name}={value!r}' for name, value in ignored.items())
+        warn_once('fast_collate', f'fast_collate: {spelled} ignored: the padding is the model '
+                  "data preprocessor's (its pad_size_divisor and pad_value), pin_memory the "
+                  "DataLoader's")
     # Deferred samples before the fast-path test: their images are not what the model takes
     # (decoded size, or a file's bytes), so pseudo_collate would hand it the wrong pixels.
     warps = _pending_warps(data_batch) if all(
@@ -141,12 +142,6 @@ def fast_collate(data_batch: Sequence, pad_size_divisor: Optional[int] = None,
     collated['inputs'] = batch
     collated['input_shapes'] = [tuple(image.shape[1:]) for image in images]
     return collated
-
-
-def _warn_ignored_once(ignored: dict) -> None:
-    spelled = ', '.join(f'{name}={value!r}' for name, value in ignored.items())
-    warn_once('fast_collate', f'fast_collate: {spelled} ignored: the padding is the model data '
-              "preprocessor's (its pad_size_divisor and pad_value), pin_memory the DataLoader's")
 
 
 def allocate_batch(first: torch.Tensor, shape: tuple) -> torch.Tensor:

@@ -411,4 +411,3 @@ class LazyCocoDataset(BaseDetDataset):
         rows = self.store_rows(indices)  # full_init first: the store opens there
         height_width = self.store['image_hw'][rows]
         return height_width[:, 1], height_width[:, 0]
-

@@ -87,7 +87,11 @@ class WorkerDefaultsHook(Hook):
             raise ValueError(f"pin_memory must be 'auto', True or False, got "
                              f"{old_arguments['pin_memory']!r}")
         if old_arguments:
-            _warn_old_arguments_once(old_arguments)
+            spelled = ', '.join(f'{key}={value!r}' for key, value in old_arguments.items())
+            warn_once('WorkerDefaultsHook', f'WorkerDefaultsHook({spelled}): set the '
+                      "dataloader's own num_workers, pin_memory and timeout instead (the hook "
+                      'fills in only what a dataloader leaves unset); the old arguments keep '
+                      'working')
         self.max_workers = old_arguments.get('max_workers')
         # What the old arguments said, as if each dataloader's config had said it.
         self._old_settings = {name: old_arguments[name] for name in _SETTINGS
@@ -139,10 +143,3 @@ class WorkerDefaultsHook(Hook):
             previous = loader.worker_init_fn
             if not (isinstance(previous, functools.partial) and previous.func is _init_worker):
                 loader.worker_init_fn = functools.partial(_init_worker, previous=previous)
-
-
-def _warn_old_arguments_once(arguments: dict) -> None:
-    spelled = ', '.join(f'{key}={value!r}' for key, value in arguments.items())
-    warn_once('WorkerDefaultsHook', f"WorkerDefaultsHook({spelled}): set the dataloader's own "
-              'num_workers, pin_memory and timeout instead (the hook fills in only what a '
-              'dataloader leaves unset); the old arguments keep working')
