@@ -78,7 +78,28 @@ def test_wrong_prefix_names_the_prefix_and_a_missing_path(root, on_bad_sample):
 def test_wrong_prefix_with_drop_image_fails_at_init_instead_of_an_empty_dataset(root):
     with pytest.raises(MissingImagesError, match='images are missing under the image prefix'):
         _dataset(root, data_prefix=dict(img='images/'),
-                 bad_data_policy=dict(image_missing='drop_image'))
+                 validate=dict(image_missing='drop_image'))
+
+
+def test_validate_takes_the_policy_and_bad_data_policy_still_works_with_a_warning_once(
+        root, monkeypatch):
+    """validate=dict(...) overrides the default actions (a missing image: kept, as mmdet keeps
+    it); the former bad_data_policy still does the same, and says once where it moved."""
+    from mmdet_ext import moved_settings
+    from helpers.tiny_runner import record_mmengine_log
+    monkeypatch.setattr(moved_settings, '_warned', set())
+    next(iter(sorted((root / 'train').iterdir()))).unlink()
+    drop = dict(image_missing='drop_image')
+    assert len(_dataset(root)) == 8
+    assert len(_dataset(root, validate=drop)) == 7
+    with record_mmengine_log() as records:
+        assert len(_dataset(root, bad_data_policy=drop)) == 7
+        assert len(_dataset(root, bad_data_policy=drop, validate=False)) == 8
+    assert [r.getMessage() for r in records if 'bad_data_policy' in r.getMessage()] == [
+        "LazyCocoDataset: bad_data_policy is now validate's: "
+        'validate=dict(<problem kind>=<action>, ...); logged once']
+    with pytest.raises(ValueError, match="validate: unknown problem kind 'image_gone'"):
+        _dataset(root, validate=dict(image_gone='drop_image'))
 
 
 def test_training_on_nothing_is_an_error_naming_the_json(root):

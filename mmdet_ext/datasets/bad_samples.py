@@ -53,8 +53,8 @@ def log_dir() -> Optional[str]:
 class BadSampleHandler:
     """What ``on_bad_sample`` does with a sample that failed to load, with per-process counts.
 
-    (Not a "policy": that word is kept for the store-time ``bad_data_policy`` of validation.py,
-    which decides per problem kind what happens to bad annotations before training starts.)
+    (Not a "policy": that word is kept for the store-time policy of validation.py, which
+    decides per problem kind what happens to bad annotations before training starts.)
 
     Args:
         on_bad_sample: ``'raise'`` or ``'skip'``.

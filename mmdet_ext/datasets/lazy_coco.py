@@ -51,9 +51,10 @@ class LazyCocoDataset(BaseDetDataset):
 
     Bad data (see ``validation.py`` and ``bad_samples.py``):
 
-    - ``validate=True`` checks the json and the image/mask file headers when the store is built
-      and stores the cleaned data per ``bad_data_policy`` (problem kind -> action, over
-      ``DEFAULT_POLICY``); problems found are reported in ``<store>.problems.jsonl``. In
+    - ``validate`` (on by default) checks the json and the image/mask file headers when the
+      store is built and stores the cleaned data per ``DEFAULT_POLICY`` (problem kind -> action),
+      updated by ``validate`` where it is a dict of such overrides; problems found are reported
+      in ``<store>.problems.jsonl``. In
       ``test_mode`` nothing is dropped and nothing fails (every action becomes ``'report'``):
       ``CocoMetric`` evaluates against the original json, so the evaluated images must stay the
       json's (only records the store cannot hold, such as a box that is not numbers, are left
@@ -79,8 +80,11 @@ class LazyCocoDataset(BaseDetDataset):
         store_cache_dir: where to cache the store; default next to ``ann_file`` (else
             ~/.cache/mmdet_ext/stores). Stores of earlier contents of the json are deleted once
             no process has them open; no lock or empty files are left (``annotation_store.py``).
-        validate: validate the json and its files when building the store.
-        bad_data_policy: overrides of ``DEFAULT_POLICY`` (problem kind -> action).
+        validate: validate the json and its files when building the store: True (the
+            actions of ``DEFAULT_POLICY``), a dict overriding some of them (problem kind ->
+            action, e.g. ``dict(image_missing='drop_image')``), or False.
+        bad_data_policy: the former home of ``validate``'s dict; still taken, with a warning
+            once.
         max_pixels: images and RLEs declaring more pixels are invalid (decompression bombs):
             refused when validating and when decoding. The one value: the pipeline's native
             loaders (``NativeLoadImageFromFile``, ``NativeLoadResizeFlip``) take it; one given
@@ -104,7 +108,8 @@ class LazyCocoDataset(BaseDetDataset):
     # Where image file names come from (annotation_store.open_store's image_names).
     IMAGE_NAMES = 'file_name'
 
-    def __init__(self, *args, store_cache_dir: Optional[str] = None, validate: bool = True,
+    def __init__(self, *args, store_cache_dir: Optional[str] = None,
+                 validate: Union[bool, dict[str, str]] = True,
                  bad_data_policy: Optional[dict[str, str]] = None,
                  max_pixels: int = DEFAULT_MAX_PIXELS, on_bad_sample: str = 'raise',
                  max_bad_fraction: float = 0.1, work_dir: Optional[str] = None,
@@ -122,8 +127,14 @@ class LazyCocoDataset(BaseDetDataset):
         self._fetcher_for: Any = None
         self._fetcher: Optional[BatchedFetcher] = None
         self.store_cache_dir = store_cache_dir
-        self.validate = validate
-        self.bad_data_policy = resolve_policy(bad_data_policy)
+        if bad_data_policy is not None:
+            warn_once('bad_data_policy', 'LazyCocoDataset: bad_data_policy is now validate\'s: '
+                      'validate=dict(<problem kind>=<action>, ...)')
+            validate = {**bad_data_policy, **validate} if isinstance(validate, dict) else \
+                bad_data_policy if validate else False
+        overrides = validate if isinstance(validate, dict) else None
+        self.validate = overrides is not None or bool(validate)
+        self.policy = resolve_policy(overrides)  # problem kind -> action
         self.max_pixels = max_pixels
         self.bad_samples = BadSampleHandler(on_bad_sample, max_bad_fraction, work_dir)
         self.inflight = InflightRecord(work_dir or log_dir())
@@ -185,7 +196,7 @@ class LazyCocoDataset(BaseDetDataset):
     def _validation_args(self) -> Optional[dict]:
         if not self.validate:
             return None
-        policy = self.bad_data_policy
+        policy = self.policy
         if self.test_mode:  # records the store cannot hold are still left out (Problem.storable)
             policy = {kind: 'report' for kind in policy}
         return {'img_prefix': self.data_prefix.get('img', ''), 'mask_root': self.data_root or '',

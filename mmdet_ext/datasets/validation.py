@@ -185,8 +185,8 @@ def nothing_left_message(listed_images: int, listed_instances: int, dropped_imag
                      f'annotation {p["ann_id"]!r} file {p["file"]!r}: {p["reason"]}')
     if len(kinds) > top:
         lines.append(f'  ... and {len(kinds) - top} more kinds')
-    lines.append(f'every problem and the action taken: {problems_path}; bad_data_policy decides '
-                 'what each kind does (docs/bad_data.md)')
+    lines.append(f'every problem and the action taken: {problems_path}; the dataset\'s validate '
+                 '(a dict of overrides) decides what each kind does (docs/bad_data.md)')
     return '\n  '.join(lines)
 
 
@@ -195,12 +195,12 @@ def resolve_policy(policy: Optional[dict[str, str]]) -> dict[str, str]:
     merged = dict(DEFAULT_POLICY)
     for kind, action in (policy or {}).items():
         if kind not in DEFAULT_POLICY:
-            raise ValueError(f'bad_data_policy: unknown problem kind {kind!r}; '
+            raise ValueError(f'validate: unknown problem kind {kind!r}; '
                              f'known: {sorted(DEFAULT_POLICY)}')
         if action not in ACTIONS:
-            raise ValueError(f'bad_data_policy[{kind!r}] = {action!r}; expected one of {ACTIONS}')
+            raise ValueError(f'validate[{kind!r}] = {action!r}; expected one of {ACTIONS}')
         if kind in IMAGE_KINDS and action == 'drop_instance':
-            raise ValueError(f'bad_data_policy[{kind!r}]: an image-level problem cannot '
+            raise ValueError(f'validate[{kind!r}]: an image-level problem cannot '
                              "'drop_instance'")
         merged[kind] = action
     return merged

@@ -11,6 +11,7 @@ from mmengine.logging import print_log
 from .._compat import preprocessor_normalizes, preprocessor_swaps_channels
 from ..ops import (decode_encoded_batch, deferred_pixels_device, gpu_decodes_on, has_kernel,
                    normalize_batch, nvjpeg_problem, resize_normalize_batch)
+from ..moved_settings import warn_once
 from ..registry import MODELS
 from ..rounding import padded_size
 from ..transforms.fused_loading import PENDING_WARP_KEY
@@ -38,19 +39,18 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
     buffer) is copied to the model's device as uint8 (``non_blocking`` when it is pinned) and
     resized, flipped, normalised and padded there in one op (``resize_normalize_batch``); on a
     device this build has no kernel for, the op runs on the CPU and the float batch is copied.
-    ``out_dtype`` (float16 / bfloat16) applies to that path only. A deferred batch of encoded
-    files (``decode_on='device'``) is decoded first, on that device: with nvJPEG on a GPU where
-    it may (``ops/gpu_decode.py``), on the CPU otherwise (logged once).
+    Its output is float32, as mmdet's (``out_dtype`` is ignored with a warning once: no
+    measurement showed a win for a float16 batch, which only a model under autocast can take).
+    A deferred batch of encoded files (``decode_on='device'``) is decoded first, on that device:
+    with nvJPEG on a GPU where it may (``ops/gpu_decode.py``), on the CPU otherwise (logged once).
     """
 
     def __init__(self, *args, out_dtype: Optional[str] = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        dtypes = {None: torch.float32, 'float32': torch.float32, 'float16': torch.float16,
-                  'bfloat16': torch.bfloat16}
-        if out_dtype not in dtypes:
-            raise ValueError(f'FastDetDataPreprocessor: out_dtype must be one of '
-                             f'{sorted(k for k in dtypes if k)}, got {out_dtype!r}')
-        self.out_dtype = dtypes[out_dtype]
+        if out_dtype is not None:
+            warn_once('out_dtype', 'FastDetDataPreprocessor: out_dtype is ignored: its inputs '
+                      'are float32, as DetDataPreprocessor\'s (autocast casts them where a '
+                      'model runs in lower precision)')
         self._said_cpu_decode = False
 
     def forward(self, data: dict, training: bool = False) -> dict:
@@ -94,7 +94,7 @@ class FastDetDataPreprocessor(DetDataPreprocessor):
         inputs = resize_normalize_batch(
             flat, warp['image_shapes'], warp['out_shapes'], warp['flips'], mean, std, reverse,
             interpolation=warp['interpolation'], pad_size_divisor=self.pad_size_divisor,
-            pad_value=self.pad_value, dtype=self.out_dtype).to(self.device)
+            pad_value=self.pad_value).to(self.device)
         divisor = self.pad_size_divisor
         pad_shapes = [(padded_size(h, divisor), padded_size(w, divisor))
                       for h, w in data['input_shapes']]
