@@ -72,6 +72,7 @@ def _train(work_dir: str, max_epochs: int, conn) -> None:
     from mmengine.runner import Runner
 
     from helpers.tiny_runner import TinyConvNet, tiny_runner_kwargs
+    from mmdet_ext.engine.checkpoint_saving import background_writer
 
     class BallastNet(TinyConvNet):
         def __init__(self) -> None:
@@ -80,7 +81,9 @@ def _train(work_dir: str, max_epochs: int, conn) -> None:
 
     class SaveProbe(Hook):
         """At LOW / LOWEST priority it runs just before / just after the CheckpointHook
-        (VERY_LOW) in ``after_train_epoch``, so the two messages bracket the save."""
+        (VERY_LOW) in ``after_train_epoch``, so the two messages bracket the save. The save is
+        written in the background (the hook's default): 'end' waits for the write, its rename,
+        the pointer and the pruning, so that the window the kills aim at holds all of them."""
 
         def __init__(self, word: str, priority: str) -> None:
             self.word, self.priority = word, priority
@@ -90,6 +93,8 @@ def _train(work_dir: str, max_epochs: int, conn) -> None:
                 conn.send(('resumed', runner.epoch))
 
         def after_train_epoch(self, runner) -> None:
+            if self.word == 'end':
+                background_writer.wait()
             conn.send((self.word, runner.epoch + 1))
 
     kwargs = tiny_runner_kwargs(work_dir, with_val=False, model=BallastNet(), resume=True,

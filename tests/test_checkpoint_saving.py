@@ -2,10 +2,12 @@
 import logging
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import psutil
@@ -16,8 +18,9 @@ from mmengine.runner import Runner
 
 from mmdet_ext.engine.checkpoint_discovery import find_newest_loadable_checkpoint
 from mmdet_ext.engine.checkpoint_loading import CheckpointLoadError, load_checkpoint_to_cpu
-from mmdet_ext.engine.checkpoint_saving import TEMP_SUFFIX, atomic_write_bytes
-from helpers.tiny_runner import tiny_runner_kwargs
+from mmdet_ext.engine import checkpoint_saving
+from mmdet_ext.engine.checkpoint_saving import TEMP_SUFFIX, CheckpointSaveError, atomic_write_bytes
+from helpers.tiny_runner import record_mmengine_log, tiny_runner_kwargs
 
 # The trainers' cwd: `python -c` puts it on sys.path, and helpers/ lives in tests/.
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -46,10 +49,12 @@ def test_atomic_write_replaces_and_leaves_no_temp_file(tmp_path):
     assert os.listdir(target.parent) == ['file.bin']
 
 
-def test_hook_arguments_keep_working(tmp_path):
-    """max_keep_ckpts, save_best and the last_checkpoint pointer behave as in CheckpointHook."""
+@pytest.mark.parametrize('background', [True, False])
+def test_hook_arguments_keep_working(tmp_path, background):
+    """max_keep_ckpts, save_best and the last_checkpoint pointer behave as in CheckpointHook,
+    saved in the background or not."""
     checkpoint = dict(type='AtomicCheckpointHook', interval=1, max_keep_ckpts=2,
-                      save_best='mean_logit', rule='greater')
+                      save_best='mean_logit', rule='greater', background=background)
     _runner(tmp_path, max_epochs=3, checkpoint=checkpoint).train()
     names = sorted(os.listdir(tmp_path))
     assert 'epoch_1.pth' not in names and {'epoch_2.pth', 'epoch_3.pth'} <= set(names)
@@ -88,15 +93,183 @@ def test_the_previous_checkpoint_stays_until_the_next_one_is_saved(tmp_path, hoo
                          ids=['default', 'zero', 'two'])
 def test_a_checkpoint_holds_what_the_stock_hooks_holds(tmp_path, keep):
     """Same runtime information in the file as CheckpointHook's, whatever max_keep_ckpts says
-    (ids are kept only for a positive one)."""
-    def runtime_info(hook: str) -> dict:
-        work_dir = tmp_path / hook
-        _runner(work_dir, max_epochs=1, checkpoint=dict(type=hook, interval=1, **keep)).train()
-        info = load_checkpoint_to_cpu(str(work_dir / 'epoch_1.pth'))['message_hub']
-        return {key: value for key, value in info['runtime_info'].items()
+    (ids are kept only for a positive one); the same weights and optimizer state whether saved in
+    the background or not."""
+    def saved(hook: str, **options) -> dict:
+        work_dir = tmp_path / f'{hook}{options}'
+        _runner(work_dir, max_epochs=1,
+                checkpoint=dict(type=hook, interval=1, **keep, **options)).train()
+        return load_checkpoint_to_cpu(str(work_dir / 'epoch_1.pth'))
+
+    def runtime_info(checkpoint: dict) -> dict:
+        return {key: value for key, value in checkpoint['message_hub']['runtime_info'].items()
                 if key not in ('last_ckpt', 'experiment_name')}
 
-    assert runtime_info('AtomicCheckpointHook') == runtime_info('CheckpointHook')
+    stock, background = saved('CheckpointHook'), saved('AtomicCheckpointHook')
+    blocking = saved('AtomicCheckpointHook', background=False)
+    assert runtime_info(background) == runtime_info(blocking) == runtime_info(stock)
+    for state in ('state_dict', 'optimizer'):
+        assert repr(background[state]) == repr(blocking[state]) == repr(stock[state])
+
+
+class _HeldWrites:
+    """Holds every checkpoint write of the background writer until ``release``: the real write,
+    started only then, so that a save is in flight for as long as a test needs. Records the
+    order in which writes start and end."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.released, self.events = threading.Event(), []
+        real = checkpoint_saving.atomic_write_bytes
+
+        def held(data, filepath):
+            if os.path.basename(filepath) == 'last_checkpoint':
+                return real(data, filepath)
+            assert self.released.wait(120), 'a held checkpoint write was never released'
+            self.events.append(('start', os.path.basename(filepath)))
+            real(data, filepath)
+            self.events.append(('end', os.path.basename(filepath)))
+        monkeypatch.setattr(checkpoint_saving, 'atomic_write_bytes', held)
+
+
+class _SeenAfterEachIter(Hook):
+    """After each training iteration (before the checkpoint hook saves): the save in flight,
+    the checkpoints on disk and the pointer; releases the held writes at iteration ``release``."""
+
+    def __init__(self, work_dir, writes: _HeldWrites, release: int) -> None:
+        self.work_dir, self.writes, self.release, self.seen = work_dir, writes, release, []
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        pointer = self.work_dir / 'last_checkpoint'
+        in_flight = checkpoint_saving.background_writer.in_flight()
+        self.seen.append((runner.iter + 1, in_flight and os.path.basename(in_flight),
+                          sorted(p.name for p in self.work_dir.glob('iter_*.pth')),
+                          pointer.read_text() if pointer.exists() else None))
+        if runner.iter + 1 == self.release:
+            self.writes.released.set()
+
+
+def test_training_goes_on_while_a_save_is_written_and_the_pointer_follows_the_rename(
+        tmp_path, monkeypatch):
+    """iter_2.pth's write is held until iteration 4: iterations 3 and 4 train meanwhile, the
+    file is not there under its name, the pointer and the pruning wait for it; iteration 4's
+    save waits for it (at most one in flight), and the run's end for the last one."""
+    writes = _HeldWrites(monkeypatch)
+    recorder = _SeenAfterEachIter(tmp_path, writes, release=4)
+    runner = _runner(tmp_path, with_val=False, custom_hooks=[recorder],
+                     train_cfg=dict(by_epoch=False, max_iters=6),
+                     checkpoint=dict(type='AtomicCheckpointHook', interval=2, by_epoch=False,
+                                     max_keep_ckpts=1))
+    runner.train()
+    assert recorder.seen[2:4] == [(3, 'iter_2.pth', [], None), (4, 'iter_2.pth', [], None)]
+    for _, _, on_disk, pointer in recorder.seen:  # never a pointer to a file not in place
+        assert pointer is None or os.path.basename(pointer) in on_disk
+    assert writes.events == [(edge, f'iter_{i}.pth') for i in (2, 4, 6) for edge in ('start',
+                                                                                    'end')]
+    assert sorted(p.name for p in tmp_path.glob('iter_*.pth')) == ['iter_6.pth']
+    assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path / 'iter_6.pth')
+    assert load_checkpoint_to_cpu(str(tmp_path / 'iter_6.pth'))['meta']['iter'] == 6
+
+
+def test_the_next_save_waits_for_the_one_in_flight_and_says_so(tmp_path, monkeypatch):
+    writes = _HeldWrites(monkeypatch)
+    writer = checkpoint_saving.BackgroundWriter()
+    published = []
+    with record_mmengine_log() as records:
+        writer.submit(b'first', tmp_path / 'a.pth')
+        writer.then(lambda: published.append(sorted(os.listdir(tmp_path))))
+        second = threading.Thread(target=writer.submit, args=(b'second', tmp_path / 'b.pth'))
+        second.start()
+        deadline = time.monotonic() + 60
+        while not any('Waiting for' in r.getMessage() for r in records):
+            assert time.monotonic() < deadline, 'the second save did not say it waits'
+            time.sleep(0.01)
+        assert published == [] and os.listdir(tmp_path) == []  # nothing of it in place yet
+        writes.released.set()
+        second.join()
+        writer.wait()
+    waits = [f'Waiting for the checkpoint save in flight: {tmp_path / name}'
+             for name in ('a.pth', 'b.pth')]  # b's only if the last wait came before its end
+    assert [r.getMessage() for r in records] in (waits[:1], waits)
+    assert published == [['a.pth']]  # run after the rename, before the next save began
+    assert (tmp_path / 'a.pth').read_bytes() == b'first'
+    assert (tmp_path / 'b.pth').read_bytes() == b'second'
+    writer.then(lambda: published.append('at once'))  # nothing in flight
+    assert published[-1] == 'at once'
+
+
+def test_a_failed_background_write_is_raised_once_naming_the_file(tmp_path):
+    writer = checkpoint_saving.BackgroundWriter()
+    blocked = tmp_path / 'not_a_directory'
+    blocked.write_bytes(b'')
+    writer.submit(b'state', blocked / 'epoch_1.pth')
+    writer.then(lambda: pytest.fail('a step after a failed save ran'))
+    with pytest.raises(CheckpointSaveError, match=rf'^{blocked}/epoch_1.pth: the checkpoint '
+                                                  r'was not saved: (FileExistsError|'
+                                                  r'NotADirectoryError): '):
+        writer.wait()
+    writer.wait()  # raised once
+    writer.raise_if_failed()
+
+
+class _ReleaseWhenWaited(Hook):
+    """Releases the held writes when the run logs that it waits for the save in flight."""
+
+    def __init__(self, writes: _HeldWrites) -> None:
+        self.handler = logging.Handler()
+        self.handler.emit = lambda record: 'Waiting for the checkpoint save in flight' in \
+            record.getMessage() and writes.released.set()
+
+    def before_run(self, runner) -> None:
+        runner.logger.addHandler(self.handler)
+
+
+class _SignalAt(Hook):
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        if runner.iter + 1 == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_signal_save_waits_for_the_save_in_flight(tmp_path, monkeypatch):
+    """SIGTERM at iteration 4 while iter_3.pth is being written (held until the signal save
+    says it waits for it): iter_3.pth is finished first, then iter_4.pth is written before the
+    process goes on to exit; the pointer names iter_4.pth."""
+    from mmdet_ext.engine.hooks import PreemptedExit
+    writes = _HeldWrites(monkeypatch)
+    runner = _runner(tmp_path, with_val=False,
+                     custom_hooks=[_ReleaseWhenWaited(writes), _SignalAt(4),
+                                   dict(type='SignalCheckpointHook')],
+                     train_cfg=dict(by_epoch=False, max_iters=8),
+                     checkpoint=dict(type='AtomicCheckpointHook', interval=3, by_epoch=False))
+    with pytest.raises(PreemptedExit):
+        runner.train()
+    assert writes.events == [('start', 'iter_3.pth'), ('end', 'iter_3.pth'),
+                             ('start', 'iter_4.pth'), ('end', 'iter_4.pth')]
+    assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path / 'iter_4.pth')
+    for step in (3, 4):
+        assert load_checkpoint_to_cpu(str(tmp_path / f'iter_{step}.pth'))['meta']['iter'] == step
+    assert not _temp_files(tmp_path)
+
+
+def test_a_failing_write_stops_the_run_naming_the_file(tmp_path):
+    """A write the system refuses (no file over 4 MB may be written, as a full disk refuses
+    one): the trainer's 32 MB checkpoint fails in the background, and the run stops with an
+    error naming the file and the cause; nothing of it is left, and no pointer."""
+    work_dir = tmp_path / 'work'
+
+    def at_most_4_mb() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 20, 4 << 20))  # python ignores SIGXFSZ
+
+    proc = subprocess.run([sys.executable, '-c', SAVE_EVERY_ITER, str(work_dir), '5'],
+                          capture_output=True, timeout=300, cwd=TESTS_DIR,
+                          preexec_fn=at_most_4_mb)
+    assert proc.returncode != 0
+    assert f'CheckpointSaveError: {work_dir}/iter_1.pth: the checkpoint was not saved: OSError: ' \
+        '[Errno 27] File too large' in proc.stderr.decode(), proc.stderr.decode()[-3000:]
+    assert not list(work_dir.glob('iter_*.pth')) and not _temp_files(work_dir)
+    assert not (work_dir / 'last_checkpoint').exists()
 
 
 def _train_two_epochs(work_dir) -> None:
@@ -191,7 +364,8 @@ def _freeze_inside_a_write(proc: subprocess.Popen, work_dir, old: set[str],
 
 def test_kill_9_during_saving_always_leaves_a_resumable_checkpoint(tmp_path):
     """max_keep_ckpts=1 is the hard case: the stock hook deletes the old file before saving.
-    Even trials kill a trainer frozen inside a checkpoint write, odd ones anywhere."""
+    Even trials kill a trainer frozen inside a checkpoint write (on the background writer:
+    the default), odd ones anywhere (benchmarks/kill_trials.py runs 20 kills inside saves)."""
     rng = random.Random(1234)
     work_dir = tmp_path / 'work'
     trials, killed_mid_save = 8, 0

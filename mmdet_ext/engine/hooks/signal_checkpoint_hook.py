@@ -10,7 +10,7 @@ from mmengine.hooks import CheckpointHook, Hook
 
 from ...datasets.inflight import remove_inflight_records
 from ...registry import HOOKS
-from ..checkpoint_saving import atomic_write_bytes
+from ..checkpoint_saving import CheckpointSaveError, atomic_write_bytes, background_writer
 from .exact_resume_hook import ExactResumeHook
 from .inflight_cleanup_hook import inflight_directories
 
@@ -35,10 +35,12 @@ class SignalCheckpointHook(Hook):
     * the ranks agree: each iteration, one all-reduce of a one-element flag over the training
       process group, so that a signal that reached one rank stops all of them at the same
       iteration (a rank that acted alone would leave the others waiting in the next collective);
+    * a checkpoint save in flight in the background (``AtomicCheckpointHook``) is finished first
+      (a failed one is logged as an error, and this save still runs);
     * every rank calls ``runner.save_checkpoint`` (``iter_<N>.pth``, by iteration, so it resumes
       at the next batch, mid-epoch included -- exact with ``ExactResumeHook``), written through
-      the atomic backend (temp file, fsync, rename); rank 0 points ``last_checkpoint`` at it, so
-      ``--resume`` (auto) continues from it;
+      the atomic backend (temp file, fsync, rename) before the process goes on; rank 0 points
+      ``last_checkpoint`` at it, so ``--resume`` (auto) continues from it;
     * the in-flight records are deleted (an orderly stop, nothing to explain), the save is
       logged, and every rank raises :class:`PreemptedExit` (a ``SystemExit``) with
       ``PREEMPTED_EXIT_CODE`` (75).
@@ -104,8 +106,13 @@ class SignalCheckpointHook(Hook):
         hook = next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
         out_dir = getattr(hook, 'out_dir', None) or runner.work_dir
         backend_args = getattr(hook, 'backend_args', None)
-        if backend_args is None and '://' not in str(out_dir):
-            backend_args = {'backend': 'atomic_local'}
+        if (backend_args is None and '://' not in str(out_dir)) or \
+                (backend_args or {}).get('backend') == 'atomic_local_background':
+            backend_args = {**(backend_args or {}), 'backend': 'atomic_local'}  # done on return
+        try:
+            background_writer.wait()
+        except CheckpointSaveError as err:
+            runner.logger.error(f'SignalCheckpointHook: {err}')
         for other in runner.hooks:
             if isinstance(other, ExactResumeHook):
                 other.snapshot_for_save()  # on every rank; save_checkpoint runs on rank 0 only
