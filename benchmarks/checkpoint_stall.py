@@ -128,6 +128,30 @@ def mount_slow(python: str, mb_per_s: float, scratch: str) -> tuple[subprocess.P
     return server, mountpoint
 
 
+def table(rows: list, arguments: str, saves: int, interval: int) -> str:
+    """The results as markdown: ``rows`` of (target, size, contender, ``child``'s result)."""
+    lines = [f'Command: `PYTHONPATH=. python3 benchmarks/checkpoint_stall.py {arguments}`', '',
+             f'Machine: {platform.machine()}, {os.cpu_count()} CPUs, '
+             f'load average after: {", ".join(f"{v:.2f}" for v in os.getloadavg())}. '
+             f'{saves} saves per run, every {interval} iterations, each measured alone (the run '
+             'waits, untimed, for no save to be in flight before a saving iteration). Iteration: '
+             'the median of those that do not save (in the background mode they run while a '
+             'write is in flight).', '',
+             '| target | checkpoint | hook | stall per save, s (each) | median | vs stock | '
+             'iteration, s | end of run waits, s | peak extra RSS, MiB |',
+             '|---|---:|---|---|---:|---:|---:|---:|---:|']
+    for target, size, contender, result in rows:
+        stock = next(r for t, s, c, r in rows
+                     if (t, s) == (target, size) and c.startswith('stock'))
+        median, stock_median = statistics.median(result['stalls']), statistics.median(
+            stock['stalls'])
+        lines.append(f'| {target} | {result["file_mib"]:.0f} MiB | {contender} | '
+                     f'{", ".join(f"{v:.3f}" for v in result["stalls"])} | {median:.3f} | '
+                     f'{median / stock_median:.2f}x | {result["normal"]:.3f} | '
+                     f'{result["end_wait"]:.2f} | {result["peak_extra_mib"]:.0f} |')
+    return '\n'.join(lines) + '\n'
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--sizes-mib', type=int, nargs='+', default=[340, 2048])
@@ -170,24 +194,7 @@ def main() -> None:
             subprocess.run(['fusermount', '-u', targets[next(reversed(targets))]], check=False)
             server.wait(timeout=30)
         shutil.rmtree(scratch, ignore_errors=True)
-    lines = [f'Command: `PYTHONPATH=. python3 benchmarks/checkpoint_stall.py '
-             f'{" ".join(sys.argv[1:])}`', '',
-             f'Machine: {platform.machine()}, {os.cpu_count()} CPUs, '
-             f'load average after: {", ".join(f"{v:.2f}" for v in os.getloadavg())}. '
-             f'{args.saves} saves per run, every {args.interval} iterations, each measured '
-             'alone (the run waits, untimed, for no save to be in flight before a saving '
-             'iteration).', '',
-             '| target | checkpoint | hook | stall per save, s (each) | median | vs stock | '
-             'end of run waits, s | peak extra RSS, MiB |', '|---|---:|---|---|---:|---:|---:|---:|']
-    for target, size, contender, result in rows:
-        stock = next(r for t, s, c, r in rows if t == target and s == size and c.startswith('stock'))
-        median, stock_median = statistics.median(result['stalls']), statistics.median(
-            stock['stalls'])
-        lines.append(f'| {target} | {result["file_mib"]:.0f} MiB | {contender} | '
-                     f'{", ".join(f"{v:.3f}" for v in result["stalls"])} | {median:.3f} | '
-                     f'{median / stock_median:.2f}x | {result["end_wait"]:.2f} | '
-                     f'{result["peak_extra_mib"]:.0f} |')
-    text = '\n'.join(lines) + '\n'
+    text = table(rows, ' '.join(sys.argv[1:]), args.saves, args.interval)
     print(text)
     if args.out:
         with open(args.out, 'w') as f:
