@@ -98,6 +98,9 @@ PRIVATE_CALLABLES: dict[str, PrivateCallable] = {
     'mmengine.hooks.CheckpointHook._save_checkpoint_with_step': PrivateCallable(
         ('self', 'runner', 'step', 'meta'),
         'mmdet_ext.engine.hooks.AtomicCheckpointHook._save_checkpoint_with_step'),
+    'mmengine.hooks.CheckpointHook._save_best_checkpoint': PrivateCallable(
+        ('self', 'runner', 'metrics'),
+        'mmdet_ext.engine.hooks.AtomicCheckpointHook._save_best_checkpoint'),
 }
 
 PRIVATE_ATTRIBUTES: dict[str, str] = {
