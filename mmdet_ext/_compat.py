@@ -73,9 +73,9 @@ PRIVATE_CALLABLES: dict[str, PrivateCallable] = {
     'mmdet.datasets.transforms.RandomFlip._choose_direction': PrivateCallable(
         ('self',), '_compat.choose_flip_direction (NativeLoadResizeFlip)'),
     'mmcv.transforms.RandomResize._random_scale': PrivateCallable(
-        ('self',), '_compat.draw_resize_scale (MmdetLoadingPlan)'),
+        ('self',), '_compat.draw_resize_scale (NativeLoadResizeFlip.scale_step)'),
     'mmcv.transforms.RandomChoiceResize._random_select': PrivateCallable(
-        ('self',), '_compat.draw_resize_scale (MmdetLoadingPlan)'),
+        ('self',), '_compat.draw_resize_scale (NativeLoadResizeFlip.scale_step)'),
     'mmdet.datasets.transforms.RandomFlip._record_homography_matrix': PrivateCallable(
         ('self', 'results'), '_compat.record_homography (NativeLoadResizeFlip)'),
     'mmdet.datasets.transforms.Resize._resize_bboxes': PrivateCallable(

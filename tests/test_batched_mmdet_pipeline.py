@@ -15,7 +15,6 @@ from mmengine.dataset import Compose
 from mmengine.registry import DefaultScope
 
 from mmdet_ext.datasets.batched_fetch import batch_plan
-from mmdet_ext.transforms.fused_mmdet_loading import MmdetLoadingPlan
 from helpers.build import needs_native_decoding
 from test_adopt import _write_adopted_config
 from test_adopt import elsewhere  # noqa: F401 (a fixture: pytest finds it by name)
@@ -68,7 +67,7 @@ def _mmdet_pipeline(resize=RESIZE_STEPS[0], color_type='color', annotations=LAZY
 def _assert_batched_exactly(root, pipeline, seeds=range(3), **kwargs):
     batched = _dataset(root, pipeline, **kwargs)
     reference = _dataset(root, pipeline, batched_fetch=False, **kwargs)
-    assert isinstance(batched._batched_fetcher().plan.loader, MmdetLoadingPlan)
+    assert batched._batched_fetcher().plan.loader.read_as == 'NativeLoadImageFromFile'
     flips = set()
     for seed in seeds:
         samples = _batched(batched, INDICES, seed)
@@ -193,7 +192,7 @@ def test_an_adopted_mmdet_config_is_batched(elsewhere, toy_coco_root):  # noqa: 
     for name in ('train_dataloader', 'val_dataloader'):
         dataset = DATASETS.build(cfg[name].dataset)
         reference = DATASETS.build({**cfg[name].dataset, 'batched_fetch': False})
-        assert isinstance(dataset._batched_fetcher().plan.loader, MmdetLoadingPlan)
+        assert dataset._batched_fetcher().plan.loader.read_as == 'NativeLoadImageFromFile'
         indices = list(range(min(4, len(dataset))))
         samples = _batched(dataset, indices)
         _assert_same_samples(_per_sample(reference, indices), samples)

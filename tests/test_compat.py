@@ -199,7 +199,7 @@ def test_draw_resize_scale_draws_as_the_random_resize(step) -> None:
     theirs = [step.transform({'img': np.zeros((24, 32, 3), np.uint8)}) for _ in range(20)]
     assert ours == [(r.get('scale_idx'), r['scale']) for r in theirs], changed(
         f'mmcv.transforms.{type(step).__name__}', 'draws differently from its transform',
-        'MmdetLoadingPlan.plan')
+        'NativeLoadResizeFlip._steps_before_resize')
     assert len({scale for _, scale in ours}) > 1
 
 

@@ -43,7 +43,7 @@ import contextlib
 import logging
 import os
 import random
-from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -53,7 +53,7 @@ from mmengine.logging import print_log
 from ..collate import FetchedBatch, allocate_batch
 from ..rounding import padded_size
 from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
-from ..transforms.fused_mmdet_loading import MmdetLoadingPlan, fuse_mmdet_loading
+from ..transforms.fused_mmdet_loading import fuse_mmdet_loading
 from .columnar_annotations import columnar_plan
 from .batch_decoder import BatchDecoder, DecodeFailed, SlotDecoder
 from .seeded_rngs import load_seeded, seed_rngs
@@ -73,7 +73,7 @@ class BatchPlan(NamedTuple):
     ``instances``: whether its ``data_info`` lists them (else its annotation loader reads them
     from the store's columns, ``columnar_plan``)."""
     before: list
-    loader: Union[NativeLoadResizeFlip, MmdetLoadingPlan]
+    loader: NativeLoadResizeFlip
     after: list
     instances: bool = True
 

@@ -118,7 +118,7 @@ def columnar_plan(dataset: Any, plan: Any) -> Optional[tuple[Any, ColumnarAnnota
     It applies where the pipeline's one annotation loader is a ``LoadLazyAnnotations`` (exactly:
     a subclass may load otherwise) with boxes of mmdet's 'hbox' type (or arrays) and no
     segmentation map, first in the pipeline or straight after ``NativeLoadImageFromFile``
-    (``MmdetLoadingPlan``); where ``dataset`` makes its instances as ``LazyCocoDataset`` does;
+    (``mmdet_loading_plan``); where ``dataset`` makes its instances as ``LazyCocoDataset`` does;
     and where nothing after the loader reads ``instances`` (no annotation loader, no
     ``PackDetInputs`` meta key).
     """

@@ -9,7 +9,8 @@ from mmcv.transforms import BaseTransform
 from mmdet.datasets.transforms import RandomFlip, Resize
 from mmdet.structures.bbox import autocast_box_type
 
-from .._compat import choose_flip_direction, record_homography, resize_annotations, scale_size
+from .._compat import (choose_flip_direction, draw_resize_scale, record_homography,
+                       resize_annotations, scale_size)
 from ..io import DEFAULT_MAX_PIXELS, ImageHeader
 from ..moved_settings import warn_once
 from ..ops import warp_image
@@ -215,6 +216,12 @@ class NativeLoadResizeFlip(BaseTransform):
         self.max_pixels = max_pixels
         self.reduced_decode = reduced_decode
         self.defer = defer
+        # Set only where it plans mmdet's own loading steps (fused_mmdet_loading.py): the image
+        # loader whose read it stands for (its name in errors), the annotation loaders between
+        # the read and the resize, and a random resize step whose scale is drawn before it.
+        self.read_as = 'NativeLoadResizeFlip'
+        self.annotation_loaders: list = []
+        self.scale_step: Optional[BaseTransform] = None
 
     # What the batched fetch and this class read of `defer`.
     @property
@@ -231,8 +238,9 @@ class NativeLoadResizeFlip(BaseTransform):
     def from_transforms(cls, resize: Resize, flip: Optional[RandomFlip],
                         **loader_args) -> 'NativeLoadResizeFlip':
         """A loader whose resize and flip are these mmdet transform objects themselves, not
-        copies: a ``RandomResize`` sets its ``Resize``'s scale before each sample, and the
-        loader resizes to it. ``loader_args``: the other arguments (``color_type``, ...)."""
+        copies: a ``RandomResize`` sets its ``Resize``'s scale before each sample
+        (``scale_step``), and the loader resizes to it. ``loader_args``: the other arguments
+        (``color_type``, ...)."""
         loader = cls(scale=0, interpolation=resize.interpolation, **loader_args)
         loader.resize = resize
         loader.flip = flip
@@ -287,7 +295,7 @@ class NativeLoadResizeFlip(BaseTransform):
         filename = results['img_path']
         if self.decode_on == 'device':
             return self._plan_encoded(results)
-        read = read_for_plan(self, 'NativeLoadResizeFlip', results,
+        read = read_for_plan(self, self.read_as, results,
                              lambda encoded, header: self._decode(encoded, header, filename),
                              decode_now)
         if read is None:
@@ -295,16 +303,22 @@ class NativeLoadResizeFlip(BaseTransform):
         encoded, header, decoded = read
         image = None
         if decoded is not None:
-            image, size, scale, out_size = decoded
-            encoded, denom = None, 1
-            shape = (image.shape[2], *image.shape[:2])
+            image, size = decoded
+            encoded = None
         else:
             size = (header.width, header.height)
-            scale, out_size = self._target_size(*size)
+        drawn = self._steps_before_resize(results, size)
+        if drawn is None:
+            return None
+        scale, out_size = self._target_size(*size)
+        if image is not None:
+            denom, shape = 1, (image.shape[2], *image.shape[:2])
+        else:
             denom = self._scale_denom(header, *out_size)
             shape = (PLANNED_CHANNELS[self.color_type],
                      *reduced_size(header.height, header.width, denom))
         warp = self._apply(results, size, scale, out_size)
+        results.update(drawn)
         if self.pixels_on == 'device':
             return PendingDecode(filename, encoded, denom, shape,
                                  None if image is None else image.permute(2, 0, 1))
@@ -329,13 +343,21 @@ class NativeLoadResizeFlip(BaseTransform):
         shape = (1, 1, encoded.numel())
         return PendingDecode(filename, None, 1, shape, encoded.view(shape))
 
-    @autocast_box_type()
-    def plan_geometry(self, results: dict) -> Warp:
-        """``plan`` for an image of ``results['ori_shape']`` whose file was read elsewhere:
-        every key but ``img`` (the resize to ``self.resize``'s scale, the flip drawn here, the
-        annotations resized and flipped). Returns the warp its pixels need."""
-        height, width = results['ori_shape']
-        return self._apply(results, (width, height), *self._target_size(width, height))
+    def _steps_before_resize(self, results: dict, size: tuple[int, int]) -> Optional[dict]:
+        """Where this plans mmdet's own steps: what the image loader writes (``img`` a stand-in:
+        nothing before the resize reads its pixels), then the annotation loaders, then the scale
+        draw, in their order. Returns what the draw writes after the resize (``scale_idx`` of
+        a ``RandomChoiceResize``), or None where an annotation loader returned None."""
+        if not self.annotation_loaders and self.scale_step is None:
+            return {}
+        width, height = size
+        results['img'] = stand_in_image(height, width)
+        results['img_shape'] = results['ori_shape'] = (height, width)
+        for transform in self.annotation_loaders:
+            if transform(results) is None:
+                return None
+        scale_idx = None if self.scale_step is None else draw_resize_scale(self.scale_step)
+        return {} if scale_idx is None else {'scale_idx': scale_idx}
 
     def finish(self, results: dict, image: torch.Tensor) -> dict:
         """``results`` of ``plan`` with its image (Tensor[C, H, W] uint8 of the shape ``plan``
@@ -393,32 +415,27 @@ class NativeLoadResizeFlip(BaseTransform):
         results['img'] = decoded[..., 0] if decoded.shape[2] == 1 else decoded
 
     def _decode(self, encoded: torch.Tensor, header: Optional[ImageHeader], filename: str
-                ) -> tuple[torch.Tensor, tuple[int, int], tuple, tuple[int, int]]:
-        """(image, original (w, h), results['scale'], output (w, h)), reduced when allowed.
+                ) -> tuple[torch.Tensor, tuple[int, int]]:
+        """(image, original (w, h)), reduced when allowed.
 
-        The target comes from the header's size; if the decoded image is not the size that
-        implies -- EXIF orientation swapped width and height -- decode again at full size and
-        take the target from what was decoded, so the result is always mmdet's.
+        The reduction follows the target the header's size implies; if the decoded image is not
+        the size that implies -- EXIF orientation swapped width and height -- decode again at
+        full size, so the result is always mmdet's.
         """
         # Deferred pixels go from here to PackDetInputs untouched: decoded channel-planar, the
         # HWC view it receives is already laid out as the CHW tensor it makes, so it copies nothing.
         planar = self.pixels_on == 'device'
         if header is not None:
-            scale, (out_w, out_h) = self._target_size(header.width, header.height)
-            denom = self._scale_denom(header, out_w, out_h)
+            denom = self._scale_denom(header, *self._target_size(header.width, header.height)[1])
             image = decode_file_bytes(encoded, filename, self.color_type, denom, self.max_pixels,
                                       planar)
             if tuple(image.shape[:2]) == reduced_size(header.height, header.width, denom):
-                return image, (header.width, header.height), scale, (out_w, out_h)
+                return image, (header.width, header.height)
             if denom == 1:
-                height, width = image.shape[:2]
-                scale, out_size = self._target_size(width, height)
-                return image, (width, height), scale, out_size
+                return image, (image.shape[1], image.shape[0])
         image = decode_file_bytes(encoded, filename, self.color_type, max_pixels=self.max_pixels,
                                   planar=planar)
-        height, width = image.shape[:2]
-        scale, out_size = self._target_size(width, height)
-        return image, (width, height), scale, out_size
+        return image, (image.shape[1], image.shape[0])
 
     def _resize_annotations(self, results: dict) -> None:
         """What ``Resize`` does to the annotations; boxes in numpy where that is exact."""

@@ -4,23 +4,20 @@ the batched fetch decodes, resizes and flips their batches in one native call.
 Why: a config adopted from mmdet (``adopt.py``) keeps mmdet's train pipeline:
 ``NativeLoadImageFromFile``, ``LoadLazyAnnotations``, ``Resize`` (or ``RandomResize``,
 ``RandomChoiceResize``: multi-scale training), ``RandomFlip``, ``PackDetInputs``. The batched
-fetch needs a loader with ``plan``/``finish`` (``NativeLoadResizeFlip``'s interface);
-``fuse_mmdet_loading`` finds that sequence in a pipeline and gives it ``MmdetLoadingPlan``, made of
-the pipeline's own transform objects: their arguments, their random draws in their order, mmdet's
-own annotation maths, their error messages. The pixels are decoded at full size (the per-sample
-path does not reduce the decode) and resized and flipped by ``warp_image``'s code, which gives
-mmcv's ``imresize`` + ``imflip`` bit for bit (``EXACT_INTERPOLATIONS``): a batch is exactly what
-the per-sample path makes.
+fetch plans with a ``NativeLoadResizeFlip`` (``plan``/``finish``); ``fuse_mmdet_loading`` finds
+that sequence in a pipeline and makes it one (``mmdet_loading_plan``: the one planner, a second
+front end) of the pipeline's own transform objects: their arguments, their random draws in their
+order, mmdet's own annotation maths, their error messages. The pixels are decoded at full size
+(the per-sample path does not reduce the decode) and resized and flipped by ``warp_image``'s
+code, which gives mmcv's ``imresize`` + ``imflip`` bit for bit (``EXACT_INTERPOLATIONS``): a
+batch is exactly what the per-sample path makes.
 """
 from typing import Optional, Sequence, Union
 
-import torch
 from mmcv.transforms import RandomChoiceResize, RandomResize
 from mmdet.datasets.transforms import LoadAnnotations, RandomFlip, Resize
 
-from .._compat import draw_resize_scale
-from .fused_loading import (PLANNED_CHANNELS, NativeLoadResizeFlip, PendingDecode, read_for_plan,
-                            stand_in_image)
+from .fused_loading import NativeLoadResizeFlip
 from .lazy_annotations import LoadLazyAnnotations
 from .loading import NativeLoadImageFromFile
 
@@ -34,81 +31,26 @@ RANDOM_RESIZES = (RandomResize, RandomChoiceResize)
 ResizeStep = Union[Resize, RandomResize, RandomChoiceResize]
 
 
-class MmdetLoadingPlan:
+def mmdet_loading_plan(image_loader: NativeLoadImageFromFile,
+                       annotation_loaders: Sequence[LoadAnnotations], resize_step: ResizeStep,
+                       flip: Optional[RandomFlip]) -> NativeLoadResizeFlip:
     """``NativeLoadImageFromFile``, annotation loaders, a resize step and an optional
-    ``RandomFlip``, as ``plan`` (everything but the pixels) and ``finish`` (the pixels).
+    ``RandomFlip``, planned as one ``NativeLoadResizeFlip`` (``plan`` and ``finish``).
 
-    ``plan`` does what the steps do, in their order: read the file and its header (the image
+    Its ``plan`` does what the steps do, in their order: read the file and its header (the image
     loader's keys and errors), load the annotations, draw the scale (a random resize step) and the
-    flip, resize and flip the annotations; ``finish`` takes the pixels decoded at full size,
-    resized and flipped as ``PendingDecode.warp`` says.
+    flip, resize and flip the annotations; ``finish`` takes the pixels decoded at full size (no
+    reduced decode: the per-sample path has none), resized and flipped as
+    ``PendingDecode.warp`` says. Its resize and flip are the steps' own objects.
     """
-
-    pixels_on = 'worker'
-
-    def __init__(self, image_loader: NativeLoadImageFromFile,
-                 annotation_loaders: Sequence[LoadAnnotations], resize_step: ResizeStep,
-                 flip: Optional[RandomFlip]) -> None:
-        self.image_loader = image_loader
-        self.annotation_loaders = list(annotation_loaders)
-        self.resize_step = resize_step
-        self.geometry = NativeLoadResizeFlip.from_transforms(
-            _resize_of(resize_step), flip, color_type=image_loader.color_type,
-            backend_args=image_loader.backend_args, ignore_empty=image_loader.ignore_empty,
-            max_pixels=image_loader.max_pixels)
-
-    # What the batched fetch reads of its loader, as NativeLoadResizeFlip has them.
-    @property
-    def color_type(self) -> str:
-        return self.geometry.color_type
-
-    @property
-    def max_pixels(self) -> int:
-        return self.geometry.max_pixels
-
-    @property
-    def resize(self) -> Resize:
-        return self.geometry.resize
-
-    def plan(self, results: dict) -> Optional[PendingDecode]:
-        """What the steps do to ``results`` but the pixels; None where one of them would return
-        None. A file whose size its header does not tell, or whose json size is not its
-        header's (an EXIF rotation), is decoded here, as the image loader decodes it."""
-        loader = self.image_loader
-        filename = results['img_path']
-        read = read_for_plan(loader, 'NativeLoadImageFromFile', results)
-        if read is None:
-            return None
-        encoded, header, decoded = read
-        if decoded is None:
-            height, width = header.height, header.width
-            channels = PLANNED_CHANNELS[loader.color_type]
-        else:
-            encoded = None
-            height, width, channels = decoded.shape
-        # The image loader's keys; a zero-stride stand-in for img (nothing before the resize
-        # reads its pixels).
-        results['img'] = stand_in_image(height, width)
-        results['img_shape'] = (height, width)
-        results['ori_shape'] = (height, width)
-        for transform in self.annotation_loaders:
-            results = transform(results)
-            if results is None:
-                return None
-        scale_idx = None
-        if isinstance(self.resize_step, RANDOM_RESIZES):
-            scale_idx = draw_resize_scale(self.resize_step)
-        warp = self.geometry.plan_geometry(results)
-        if scale_idx is not None:
-            results['scale_idx'] = scale_idx
-        if decoded is not None:
-            decoded = warp.apply(decoded)
-        return PendingDecode(filename, encoded, 1, (channels, height, width), decoded, warp)
-
-    def finish(self, results: dict, image: torch.Tensor) -> dict:
-        """``results`` of ``plan`` with its pixels (Tensor[C, H, W] uint8, already warped): as
-        the steps leave them."""
-        return self.geometry.finish(results, image)
+    loader = NativeLoadResizeFlip.from_transforms(
+        _resize_of(resize_step), flip, color_type=image_loader.color_type,
+        backend_args=image_loader.backend_args, ignore_empty=image_loader.ignore_empty,
+        max_pixels=image_loader.max_pixels, reduced_decode=False)
+    loader.read_as = 'NativeLoadImageFromFile'
+    loader.annotation_loaders = list(annotation_loaders)
+    loader.scale_step = resize_step if isinstance(resize_step, RANDOM_RESIZES) else None
+    return loader
 
 
 def _resize_of(step: object) -> Optional[Resize]:
@@ -120,11 +62,11 @@ def _resize_of(step: object) -> Optional[Resize]:
     return None
 
 
-def fuse_mmdet_loading(transforms: Sequence) -> tuple[Optional[tuple[int, int, MmdetLoadingPlan]],
-                                                      str]:
+def fuse_mmdet_loading(transforms: Sequence
+                       ) -> tuple[Optional[tuple[int, int, NativeLoadResizeFlip]], str]:
     """((start, end, loader), '') when ``transforms[start:end]`` is ``NativeLoadImageFromFile``,
     any annotation loaders, a ``Resize``/``RandomResize``/``RandomChoiceResize`` and an optional
-    ``RandomFlip`` that ``MmdetLoadingPlan`` makes exactly; else (None, why not)."""
+    ``RandomFlip`` that ``mmdet_loading_plan`` makes exactly; else (None, why not)."""
     starts = [i for i, t in enumerate(transforms) if type(t) is NativeLoadImageFromFile]
     if len(starts) != 1:
         return None, ('the pipeline has no NativeLoadResizeFlip or NativeLoadImageFromFile'
@@ -155,4 +97,5 @@ def fuse_mmdet_loading(transforms: Sequence) -> tuple[Optional[tuple[int, int, M
     if end < len(transforms) and type(transforms[end]) is RandomFlip:
         flip = transforms[end]
         end += 1
-    return (start, end, MmdetLoadingPlan(image_loader, annotation_loaders, resize_step, flip)), ''
+    return (start, end, mmdet_loading_plan(image_loader, annotation_loaders, resize_step,
+                                           flip)), ''
