@@ -12,6 +12,7 @@ import time
 
 import psutil
 import pytest
+import torch
 from mmengine.fileio import BaseStorageBackend, FileClient, register_backend
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
@@ -109,7 +110,18 @@ def test_a_checkpoint_holds_what_the_stock_hooks_holds(tmp_path, keep):
     blocking = saved('AtomicCheckpointHook', background=False)
     assert runtime_info(background) == runtime_info(blocking) == runtime_info(stock)
     for state in ('state_dict', 'optimizer'):
-        assert repr(background[state]) == repr(blocking[state]) == repr(stock[state])
+        assert _same(background[state], blocking[state]) and _same(blocking[state], stock[state])
+
+
+def _same(a, b) -> bool:
+    """Equal nested containers, tensors equal in dtype, shape and every bit of value."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return a == b
 
 
 class _HeldWrites:
