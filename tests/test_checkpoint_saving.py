@@ -209,12 +209,22 @@ def test_the_next_save_waits_for_the_one_in_flight_and_says_so(tmp_path, monkeyp
     assert published[-1] == 'at once'
 
 
-def test_a_failed_background_write_is_raised_once_naming_the_file(tmp_path):
+@pytest.mark.parametrize('step_added', ['while it writes', 'after it failed'])
+def test_a_failed_background_write_is_raised_once_naming_the_file(tmp_path, monkeypatch,
+                                                                  step_added):
+    """Whether the step that follows a save (the pointer, the pruning) is added while the write
+    is held or once it has failed, it never runs; the failure is raised once."""
+    writes = _HeldWrites(monkeypatch)
     writer = checkpoint_saving.BackgroundWriter()
     blocked = tmp_path / 'not_a_directory'
     blocked.write_bytes(b'')
     writer.submit(b'state', blocked / 'epoch_1.pth')
+    if step_added == 'after it failed':
+        writes.released.set()
+        while writer.in_flight():
+            time.sleep(0.01)
     writer.then(lambda: pytest.fail('a step after a failed save ran'))
+    writes.released.set()
     with pytest.raises(CheckpointSaveError, match=rf'^{blocked}/epoch_1.pth: the checkpoint '
                                                   r'was not saved: (FileExistsError|'
                                                   r'NotADirectoryError): '):
@@ -263,6 +273,29 @@ def test_a_signal_save_waits_for_the_save_in_flight(tmp_path, monkeypatch):
     for step in (3, 4):
         assert load_checkpoint_to_cpu(str(tmp_path / f'iter_{step}.pth'))['meta']['iter'] == step
     assert not _temp_files(tmp_path)
+
+
+def test_a_run_after_a_crash_in_the_same_process_resumes_from_its_save_in_flight(
+        tmp_path, monkeypatch):
+    """A run ended by an exception does not wait for its save in flight (iter_2.pth, held); the
+    next run of the process waits for it before auto-resume looks (and before it clears killed
+    saves' temp files), and resumes from it."""
+    from helpers.tiny_runner import CrashAtIter, RunnerLogRecorder
+    writes = _HeldWrites(monkeypatch)
+    save = dict(type='AtomicCheckpointHook', interval=2, by_epoch=False)
+    crashing = _runner(tmp_path, with_val=False, custom_hooks=[CrashAtIter(3)], checkpoint=save,
+                       train_cfg=dict(by_epoch=False, max_iters=6))
+    with pytest.raises(RuntimeError, match='simulated crash'):
+        crashing.train()
+    assert not list(tmp_path.glob('iter_*.pth'))  # still held
+    release, log = _ReleaseWhenWaited(writes), RunnerLogRecorder()
+    release.priority = log.priority = 'HIGHEST'  # before CpuCheckpointLoadHook chooses
+    resumed = _runner(tmp_path, with_val=False, resume=True, custom_hooks=[release, log],
+                      checkpoint=save, train_cfg=dict(by_epoch=False, max_iters=6))
+    resumed.train()
+    assert f'Auto-resume: resuming from {tmp_path / "iter_2.pth"}' in log.messages()
+    assert writes.events[:2] == [('start', 'iter_2.pth'), ('end', 'iter_2.pth')]
+    assert load_checkpoint_to_cpu(str(tmp_path / 'iter_6.pth'))['meta']['iter'] == 6
 
 
 def test_a_failing_write_stops_the_run_naming_the_file(tmp_path):

@@ -21,7 +21,7 @@ import os.path as osp
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.logging import print_log
@@ -101,9 +101,11 @@ class BackgroundWriter:
 
     ``submit`` waits for the save in flight (saying so), then starts writing the next one.
     ``then`` runs a step once the save in flight is renamed into place (the ``last_checkpoint``
-    pointer, pruning), on the writer thread, in order; with no save in flight, at once.
-    ``wait`` waits for the save in flight and raises its failure; ``raise_if_failed`` raises a
-    failure without waiting. A failure is raised once, as :class:`CheckpointSaveError`.
+    pointer, pruning), on the writer thread, in order; with no save in flight, at once; never
+    after a save that failed.
+    ``wait`` waits for the save in flight and raises its failure; ``settle`` waits and returns
+    it; ``raise_if_failed`` raises a failure without waiting. A failure is reported once, as a
+    :class:`CheckpointSaveError`.
     The thread is not a daemon: a process that ends normally, or by an exception, first finishes
     the save in flight.
     """
@@ -128,6 +130,8 @@ class BackgroundWriter:
             if self._thread is not None:
                 self._then.append(step)
                 return
+            if self._failure is not None:
+                return  # the save it follows failed (already): never a pointer to nothing
         step()
 
     def in_flight(self) -> Optional[str]:
@@ -136,21 +140,34 @@ class BackgroundWriter:
             return self._path if self._thread is not None else None
 
     def wait(self) -> None:
+        failure = self.settle()
+        if failure is not None:
+            raise failure
+
+    def settle(self) -> Optional[CheckpointSaveError]:
         thread = self._thread
         if thread is not None:
             if thread.is_alive():
                 print_log(f'Waiting for the checkpoint save in flight: {self._path}',
                           logger='current', level=logging.INFO)
             thread.join()
-        self.raise_if_failed()
+        return self._take_failure()
 
     def raise_if_failed(self) -> None:
+        failure = self._take_failure()
+        if failure is not None:
+            raise failure
+
+    def _take_failure(self) -> Optional[CheckpointSaveError]:
         with self._lock:
             failure, self._failure = self._failure, None
-        if failure is not None:
-            path, err = failure
-            raise CheckpointSaveError(f'{path}: the checkpoint was not saved: '
-                                      f'{type(err).__name__}: {err}') from err
+        if failure is None:
+            return None
+        path, err = failure
+        error = CheckpointSaveError(f'{path}: the checkpoint was not saved: '
+                                    f'{type(err).__name__}: {err}')
+        error.__cause__ = err
+        return error
 
     def _write(self, data: bytes, path: str) -> None:
         try:
@@ -172,6 +189,16 @@ class BackgroundWriter:
 
 # This process's writer: every background save goes through it.
 background_writer = BackgroundWriter()
+
+
+def settle_saves_of_earlier_runs(logger: Any) -> None:
+    """Before a run looks at its checkpoint directory: wait for a save an earlier run of this
+    process left in flight (a run ended by an exception does not wait for it), so that it is
+    neither missed by auto-resume nor taken for a killed save's temp file; its failure is
+    logged on ``logger``."""
+    failure = background_writer.settle()
+    if failure is not None:
+        logger.error(f'A save of an earlier run failed: {failure}')
 
 
 @register_backend('atomic_local_background')

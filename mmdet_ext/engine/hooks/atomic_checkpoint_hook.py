@@ -6,7 +6,8 @@ from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook
 
 from ...registry import HOOKS
-from ..checkpoint_saving import atomic_write_bytes, background_writer, remove_stale_temp_files
+from ..checkpoint_saving import (atomic_write_bytes, background_writer, remove_stale_temp_files,
+                                 settle_saves_of_earlier_runs)
 
 # The backends this hook makes local saves with: blocking, and in the background.
 ATOMIC_BACKENDS = ('atomic_local', 'atomic_local_background')
@@ -57,6 +58,7 @@ class AtomicCheckpointHook(CheckpointHook):
             self.backend_args = {**(self.backend_args or {}), 'backend':
                                  ATOMIC_BACKENDS[self.background]}
         super().before_train(runner)
+        settle_saves_of_earlier_runs(runner.logger)  # its temp file is not a killed save's
         if isinstance(self.file_backend, LocalBackend) and is_main_process():
             for path in remove_stale_temp_files(str(self.out_dir)):
                 runner.logger.warning(f'Removed {path}, left by a checkpoint save that was killed')

@@ -11,6 +11,7 @@ from ...registry import HOOKS
 from ..checkpoint_discovery import find_newest_loadable_checkpoint
 from ..checkpoint_loading import (install_cpu_checkpoint_loader, load_checkpoint_to_cpu,
                                   resolve_safe_globals, restore_checkpoint_loader)
+from ..checkpoint_saving import settle_saves_of_earlier_runs
 
 
 @HOOKS.register_module()
@@ -56,6 +57,7 @@ class CpuCheckpointLoadHook(Hook):
             self._choose_auto_resume_checkpoint(runner, extra)
 
     def _choose_auto_resume_checkpoint(self, runner, extra: Sequence[Callable]) -> None:
+        settle_saves_of_earlier_runs(runner.logger)  # a save in flight is a candidate too
         load = functools.partial(load_checkpoint_to_cpu,
                                  allow_unsafe_globals=self.allow_unsafe_globals,
                                  extra_safe_globals=extra, mmap=True)

@@ -10,7 +10,7 @@ from mmengine.hooks import CheckpointHook, Hook
 
 from ...datasets.inflight import remove_inflight_records
 from ...registry import HOOKS
-from ..checkpoint_saving import CheckpointSaveError, atomic_write_bytes, background_writer
+from ..checkpoint_saving import atomic_write_bytes, background_writer
 from .exact_resume_hook import ExactResumeHook
 from .inflight_cleanup_hook import inflight_directories
 
@@ -109,10 +109,9 @@ class SignalCheckpointHook(Hook):
         if (backend_args is None and '://' not in str(out_dir)) or \
                 (backend_args or {}).get('backend') == 'atomic_local_background':
             backend_args = {**(backend_args or {}), 'backend': 'atomic_local'}  # done on return
-        try:
-            background_writer.wait()
-        except CheckpointSaveError as err:
-            runner.logger.error(f'SignalCheckpointHook: {err}')
+        failure = background_writer.settle()
+        if failure is not None:
+            runner.logger.error(f'SignalCheckpointHook: {failure}')
         for other in runner.hooks:
             if isinstance(other, ExactResumeHook):
                 other.snapshot_for_save()  # on every rank; save_checkpoint runs on rank 0 only
