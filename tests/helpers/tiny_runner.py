@@ -24,6 +24,7 @@ from mmengine.runner import Runner
 from torch.utils.data import Dataset
 
 import mmdet_ext  # noqa: F401  (registers the hooks these Runner settings name)
+from mmdet_ext.engine.checkpoint_saving import background_writer
 from mmdet_ext._compat import family_has
 
 
@@ -210,6 +211,9 @@ def assert_iter_based_resume_repeats_the_run(tmp_path, save_at: int, hooks: Sequ
     with pytest.raises(RuntimeError, match='simulated crash'):
         run_iter_based(cut, 'cut', save_every=save_at, hooks=[*hooks, CrashAtIter(save_at + 1)],
                        loop_options=loop_options)
+    # The crashed run's last save may still be written in the background (a process ending
+    # with that exception would finish it before it exits).
+    background_writer.wait()
     assert (cut / 'last_checkpoint').read_text().endswith(f'iter_{save_at}.pth')
     log = RunnerLogRecorder()
     run_iter_based(cut, 'resumed', resume=True, seed=None, hooks=[*hooks, log],
