@@ -172,7 +172,6 @@ class BackgroundWriter:
     def _write(self, data: bytes, path: str) -> None:
         try:
             atomic_write_bytes(data, path)
-            del data
             while True:
                 with self._lock:
                     if not self._then:
