@@ -19,14 +19,16 @@ packages, so an upgrade that renames, removes or reshapes one fails there, namin
   fork's ``skip_iter`` resume, its mask API), what each family does, and the code that copes.
 """
 import bisect
+import contextlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union
 
 import cv2
 import numpy as np
 from mmcv.image.geometric import _scale_size, cv2_interp_codes
 from mmdet.structures.mask import BitmapMasks, PolygonMasks
+from mmengine.runner import runner as runner_module
 from mmengine.runner.checkpoint import CheckpointLoader
 
 from ._framework import IMPORT_NAMES, installed_family
@@ -364,6 +366,25 @@ def set_checkpoint_schemes(schemes: dict[str, Callable]) -> None:
 
 
 # ---- mmengine Runner ------------------------------------------------------------------------
+@contextlib.contextmanager
+def runner_saves_checkpoints_with(save: Callable) -> Iterator[None]:
+    """Meanwhile, ``Runner.save_checkpoint`` ends in ``save(checkpoint, filepath,
+    file_client_args=..., backend_args=...)`` instead of mmengine's ``save_checkpoint``.
+
+    Why: both families' ``Runner.save_checkpoint`` builds the checkpoint dict, calls the
+    ``before_save_checkpoint`` hooks, then hands it to ``mmengine.runner.checkpoint.
+    save_checkpoint`` under the name the runner module imported, which serialises it on the
+    calling thread. Taking over only that last call keeps everything before it the Runner's
+    own (``tests/test_compat.py`` checks that the call is still there).
+    """
+    original = runner_module.save_checkpoint
+    runner_module.save_checkpoint = save
+    try:
+        yield
+    finally:
+        runner_module.save_checkpoint = original
+
+
 def runner_resume_requested(runner: Any) -> bool:
     """``runner._resume``: the config's ``resume``, which the Runner exposes nowhere publicly."""
     return runner._resume

@@ -1,4 +1,5 @@
 """Atomic saving with AtomicCheckpointHook, and auto-resume past corrupt checkpoints."""
+import copy
 import logging
 import os
 import random
@@ -131,16 +132,16 @@ class _HeldWrites:
 
     def __init__(self, monkeypatch) -> None:
         self.released, self.events = threading.Event(), []
-        real = checkpoint_saving.atomic_write_bytes
+        real = checkpoint_saving.atomic_write
 
-        def held(data, filepath):
+        def held(write, filepath):
             if os.path.basename(filepath) == 'last_checkpoint':
-                return real(data, filepath)
+                return real(write, filepath)
             assert self.released.wait(120), 'a held checkpoint write was never released'
             self.events.append(('start', os.path.basename(filepath)))
-            real(data, filepath)
+            real(write, filepath)
             self.events.append(('end', os.path.basename(filepath)))
-        monkeypatch.setattr(checkpoint_saving, 'atomic_write_bytes', held)
+        monkeypatch.setattr(checkpoint_saving, 'atomic_write', held)
 
 
 class _SeenAfterEachIter(Hook):
@@ -180,6 +181,70 @@ def test_training_goes_on_while_a_save_is_written_and_the_pointer_follows_the_re
     assert sorted(p.name for p in tmp_path.glob('iter_*.pth')) == ['iter_6.pth']
     assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path / 'iter_6.pth')
     assert load_checkpoint_to_cpu(str(tmp_path / 'iter_6.pth'))['meta']['iter'] == 6
+
+
+class _StateAfterEachIter(Hook):
+    """Copies of the weights and the optimizer state after each training iteration, before the
+    checkpoint hook (priority VERY_LOW) saves them."""
+
+    def __init__(self) -> None:
+        self.states = {}
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        self.states[runner.iter + 1] = copy.deepcopy(dict(
+            state_dict=runner.model.state_dict(), optimizer=runner.optim_wrapper.state_dict()))
+
+
+def test_a_save_in_flight_holds_the_state_of_its_own_step(tmp_path, monkeypatch):
+    """iter_2.pth's write is held until iteration 4 while the model and the optimizer's
+    momentum change in place in iterations 3 and 4: the file still holds iteration 2's state,
+    every tensor bit for bit (a save serialised later from live tensors would hold a later
+    step's: Lightning's mixed-step checkpoints, #20953)."""
+    writes = _HeldWrites(monkeypatch)
+    recorder, states = _SeenAfterEachIter(tmp_path, writes, release=4), _StateAfterEachIter()
+    _runner(tmp_path, with_val=False, custom_hooks=[recorder, states],
+            train_cfg=dict(by_epoch=False, max_iters=6),
+            checkpoint=dict(type='AtomicCheckpointHook', interval=2, by_epoch=False)).train()
+    assert recorder.seen[3][1] == 'iter_2.pth'  # iterations 3 and 4 ran with it in flight
+    for step in (2, 4, 6):
+        saved = load_checkpoint_to_cpu(str(tmp_path / f'iter_{step}.pth'))
+        for part in ('state_dict', 'optimizer'):
+            assert _same(saved[part], states.states[step][part]), (step, part)
+    assert not _same(states.states[2]['state_dict'], states.states[4]['state_dict'])
+
+
+def test_the_stager_copies_storages_once_and_reuses_them(tmp_path):
+    """Views of one storage stay views of one copy; the copy is not changed by what happens to
+    the originals afterwards (in-place updates, containers changed); the next save reuses the
+    storages of the same size; the staged checkpoint saves as the original would have."""
+    weight = torch.arange(12, dtype=torch.float32)
+    momentum = {'momentum_buffer': torch.ones(3, 4)}
+    history = [1.0, 2.0]
+    checkpoint = dict(state_dict={'w': weight.view(3, 4), 'w_tail': weight[6:]},
+                      optimizer=dict(state={0: momentum}, param_groups=[dict(lr=0.1)]),
+                      message_hub=dict(history=history), meta=dict(iter=7))
+    path = tmp_path / 'original.pth'
+    torch.save(checkpoint, path)
+    stager = checkpoint_saving.CheckpointStager()
+    staged = stager.stage(checkpoint)
+    weight.add_(100)
+    momentum['momentum_buffer'].mul_(3)
+    momentum['step'] = 5
+    history.append(3.0)
+    checkpoint['optimizer']['param_groups'][0]['lr'] = 0.01
+    assert _same(staged, torch.load(path))
+    tail = staged['state_dict']['w_tail']
+    assert tail.untyped_storage().data_ptr() == staged['state_dict']['w'].untyped_storage(
+        ).data_ptr() and tail.storage_offset() == 6
+    torch.save(staged, tmp_path / 'staged.pth')
+    assert _same(torch.load(tmp_path / 'staged.pth'), torch.load(path))
+    first = {t.untyped_storage().data_ptr() for t in
+             (staged['state_dict']['w'], staged['optimizer']['state'][0]['momentum_buffer'])}
+    again = stager.stage(checkpoint)
+    assert {t.untyped_storage().data_ptr() for t in
+            (again['state_dict']['w'], again['optimizer']['state'][0]['momentum_buffer'])} == first
+    assert torch.equal(again['state_dict']['w'], weight.view(3, 4))
+    assert again['optimizer']['state'][0]['step'] == 5
 
 
 def test_the_next_save_waits_for_the_one_in_flight_and_says_so(tmp_path, monkeypatch):

@@ -163,6 +163,26 @@ def test_private_attribute_exists_on_a_real_object(name: str, make_runner) -> No
 
 
 # ---- the wrappers, on real upstream objects --------------------------------------------------
+def test_runner_save_checkpoint_ends_in_the_call_we_take_over(tmp_path, make_runner) -> None:
+    """``runner_saves_checkpoints_with``: the Runner's checkpoint, hooks applied, goes to the
+    given function, and nothing else is written."""
+    calls = []
+    runner = make_runner()
+    with _compat.runner_saves_checkpoints_with(
+            lambda checkpoint, filepath, **options: calls.append((checkpoint, filepath))):
+        runner.save_checkpoint(str(tmp_path), 'taken.pth', save_optimizer=False,
+                               save_param_scheduler=False)
+    assert len(calls) == 1, changed('mmengine.runner.Runner.save_checkpoint',
+                                    'no longer ends in mmengine.runner.runner.save_checkpoint',
+                                    'AtomicCheckpointHook (background saves)')
+    checkpoint, filepath = calls[0]
+    assert filepath == str(tmp_path / 'taken.pth') and not (tmp_path / 'taken.pth').exists()
+    assert {'meta', 'state_dict', 'message_hub'} <= set(checkpoint)
+    runner.save_checkpoint(str(tmp_path), 'written.pth', save_optimizer=False,
+                           save_param_scheduler=False)
+    assert (tmp_path / 'written.pth').exists()  # put back afterwards
+
+
 def test_scale_size_is_what_resize_uses() -> None:
     resize = Resize(scale_factor=0.37)
     results = resize.transform({'img': np.zeros((37, 53, 3), np.uint8)})

@@ -9,9 +9,12 @@ import numpy as np
 import torch
 
 
-def sample_seed(seed: int, epoch: int, rank: int, batch: int, slot: int) -> int:
-    """A 32-bit seed for one sample, from where it is in the run (all arguments >= 0)."""
-    return int(np.random.SeedSequence([seed, epoch, rank, batch, slot]).generate_state(1)[0])
+def sample_seed(seed: int, epoch: int, index: int, occurrence: int) -> int:
+    """A 32-bit seed for one sample, from what it is in the run (all arguments >= 0): the run's
+    sampler seed, the epoch, the dataset index and how many times this index came before in the
+    epoch on this rank (a sampler's padding repeats some). Not from the rank or the batch, so a
+    sample is augmented the same on any number of ranks."""
+    return int(np.random.SeedSequence([seed, epoch, index, occurrence]).generate_state(1)[0])
 
 
 def seed_rngs(seed: int) -> None:

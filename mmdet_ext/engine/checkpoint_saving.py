@@ -8,21 +8,26 @@ in place under a live mapping raises SIGBUS. Writing a sibling temp file and ``o
 means a reader sees either the old complete file or the new complete file, and a mapping keeps
 its old inode.
 
-Why in the background: mmengine serialises the checkpoint into memory (``torch.save`` into a
-``BytesIO``) and hands the bytes to the backend's ``put``. Those bytes are already a copy of the
-state -- the next step cannot change them -- so only the write, the fsyncs and the rename are left,
-and a thread does them while the training thread goes on (CPython releases the GIL in
-``write`` and ``fsync``). A thread, not a process: the bytes need no second copy into shared
-memory, and a writer never outlives the job that made its checkpoint.
+Why in the background: a save is a copy of the state that the next step cannot change, then
+the serialisation, the write, the fsyncs and the rename. mmengine does the copy and the
+serialisation at once (``torch.save`` into a ``BytesIO``, in the training thread). Here the
+training thread only copies the checkpoint's tensors into buffers kept from one save to the next
+(``CheckpointStager``: one memory copy into pages already mapped) and everything else in it (the
+message hub, the optimizer's per-parameter dicts) by ``copy.deepcopy``; ``torch.save`` to the
+file runs on a thread while training goes on (CPython releases the GIL in ``write`` and
+``fsync``). A thread, not a process: the staged state needs no second copy into shared memory,
+and a writer never outlives the job that made its checkpoint.
 """
+import copy
 import logging
 import os
 import os.path as osp
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, BinaryIO, Callable, Iterator, Optional, Union
 
+import torch
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.logging import print_log
 
@@ -38,8 +43,17 @@ def _fsync_dir(dirname: str) -> None:
         os.close(fd)
 
 
+Writer = Callable[[BinaryIO], None]
+
+
 def atomic_write_bytes(data: Union[bytes, memoryview], filepath: Union[str, Path]) -> None:
-    """Write ``data`` to ``filepath`` so that a crash at any point leaves the old or the new file.
+    """Write ``data`` to ``filepath`` so that a crash at any point leaves the old or the new file
+    (:func:`atomic_write`)."""
+    atomic_write(lambda f: f.write(data), filepath)
+
+
+def atomic_write(write: Writer, filepath: Union[str, Path]) -> None:
+    """``write(f)`` into ``filepath`` so that a crash at any point leaves the old or the new file.
 
     The temp file lives in the same directory (``os.replace`` is only atomic within one file
     system); it is fsynced before the rename and the directory after it, so the rename itself
@@ -52,7 +66,7 @@ def atomic_write_bytes(data: Union[bytes, memoryview], filepath: Union[str, Path
                                     dir=dirname)
     try:
         with os.fdopen(fd, 'wb') as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, filepath)
@@ -117,9 +131,12 @@ class BackgroundWriter:
         self._then: list[Callable[[], None]] = []
         self._failure: Optional[tuple[str, BaseException]] = None
 
-    def submit(self, data: Union[bytes, memoryview], filepath: Union[str, Path]) -> None:
+    def submit(self, data: Union[bytes, memoryview, Writer], filepath: Union[str, Path]) -> None:
+        """Write ``data`` (bytes, or a ``write(f)`` that writes the file) to ``filepath``."""
         self.wait()
-        data = data if isinstance(data, bytes) else bytes(data)  # nothing the caller may change
+        if not callable(data):
+            data = data if isinstance(data, bytes) else bytes(data)  # nothing the caller changes
+            data = _bytes_writer(data)
         self._path = os.fspath(filepath)
         self._thread = threading.Thread(target=self._write, args=(data, self._path),
                                         name='mmdet_ext checkpoint writer')
@@ -169,9 +186,9 @@ class BackgroundWriter:
         error.__cause__ = err
         return error
 
-    def _write(self, data: bytes, path: str) -> None:
+    def _write(self, write: Writer, path: str) -> None:
         try:
-            atomic_write_bytes(data, path)
+            atomic_write(write, path)
             while True:
                 with self._lock:
                     if not self._then:
@@ -186,8 +203,105 @@ class BackgroundWriter:
                 self._thread = None
 
 
+def _bytes_writer(data: bytes) -> Writer:
+    return lambda f: f.write(data)
+
+
 # This process's writer: every background save goes through it.
 background_writer = BackgroundWriter()
+
+
+class CheckpointStager:
+    """A copy of a checkpoint that the next training step cannot change, made cheaply.
+
+    Tensors are copied storage by storage (views of one storage stay views of one copy, as
+    ``torch.save`` would write them) into storages kept from the previous save where one of the
+    same size is free: a copy into pages already mapped costs a fraction of a fresh allocation's
+    page faults (benchmarks/results/checkpoint_stall.md). Everything else is ``copy.deepcopy``'d.
+    The kept storages are the last checkpoint's size, held from one save to the next; they are
+    reused only once the save that wrote them is done (the caller waits for it).
+    """
+
+    def __init__(self) -> None:
+        self._kept: list[torch.UntypedStorage] = []
+
+    def stage(self, checkpoint: Any) -> Any:
+        free: dict[int, list[torch.UntypedStorage]] = {}
+        for storage in self._kept:
+            free.setdefault(storage.nbytes(), []).append(storage)
+        copies: dict[tuple[int, int], torch.UntypedStorage] = {}
+        memo: dict[int, Any] = {}
+        for tensor in _tensors_in(checkpoint):
+            if id(tensor) in memo:
+                continue
+            if tensor.device.type != 'cpu' or tensor.layout != torch.strided or \
+                    tensor.is_quantized:
+                memo[id(tensor)] = tensor.detach().clone()
+                continue
+            source = tensor.untyped_storage()
+            key = (source.data_ptr(), source.nbytes())
+            if key not in copies:
+                same_size = free.get(source.nbytes())
+                copy_ = same_size.pop() if same_size else torch.UntypedStorage(source.nbytes())
+                copies[key] = copy_.copy_(source)
+            memo[id(tensor)] = torch.empty(0, dtype=tensor.dtype).set_(
+                copies[key], tensor.storage_offset(), tensor.size(), tensor.stride())
+        self._kept = list(copies.values())
+        return copy.deepcopy(checkpoint, memo)
+
+
+def _tensors_in(obj: Any) -> Iterator[torch.Tensor]:
+    """The tensors in ``obj``'s dicts, lists and tuples (any others ``deepcopy`` copies)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from _tensors_in(value)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            yield from _tensors_in(value)
+
+
+checkpoint_stager = CheckpointStager()
+
+
+def save_in_background(checkpoint: dict, filepath: str, file_client_args: Any = None,
+                       backend_args: Optional[dict] = None) -> None:
+    """``mmengine.runner.checkpoint.save_checkpoint`` for the ``atomic_local_background``
+    backend: the checkpoint staged (:class:`CheckpointStager`), then serialised, written and
+    renamed into place on ``background_writer``'s thread."""
+    background_writer.wait()  # the save in flight done: its staged storages are free again
+    staged = checkpoint_stager.stage(checkpoint)
+    background_writer.submit(lambda f: torch_save_to(staged, f), filepath)
+
+
+def torch_save_to(obj: Any, f: BinaryIO) -> None:
+    """``torch.save(obj, f)``; a failed write raises its own ``OSError`` (``File too large``,
+    ``No space left on device``), which torch's writer would report only as ``unexpected pos``."""
+    sink = _WritesKeepingTheError(f)
+    try:
+        torch.save(obj, sink)
+    except Exception as err:
+        if sink.error is None:
+            raise
+        raise sink.error from err
+
+
+class _WritesKeepingTheError:
+    """``f``'s ``write``, keeping the first ``OSError`` it raised."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
 
 
 def settle_saves_of_earlier_runs(logger: Any) -> None:

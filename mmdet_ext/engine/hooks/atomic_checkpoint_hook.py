@@ -1,13 +1,15 @@
 """``CheckpointHook`` whose saves survive ``kill -9`` at any instant and do not stall training."""
+import contextlib
 import os.path as osp
 
 from mmengine.dist import is_main_process
 from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook
 
+from ..._compat import runner_saves_checkpoints_with
 from ...registry import HOOKS
 from ..checkpoint_saving import (atomic_write_bytes, background_writer, remove_stale_temp_files,
-                                 settle_saves_of_earlier_runs)
+                                 save_in_background, settle_saves_of_earlier_runs)
 
 # The backends this hook makes local saves with: blocking, and in the background.
 ATOMIC_BACKENDS = ('atomic_local', 'atomic_local_background')
@@ -32,10 +34,11 @@ class AtomicCheckpointHook(CheckpointHook):
     ``out_dir``/``backend_args`` (object stores, whose ``put`` is already all-or-nothing) keep the
     stock behaviour. Temp files left by a killed save are removed in ``before_train``.
 
-    With ``background=True`` (the default) the training thread only serialises the state into
-    memory, as mmengine always does before writing; the write, fsyncs and rename run on a thread
-    while training goes on (``checkpoint_saving.BackgroundWriter``), and the pointer and pruning
-    follow the rename there. At most one save is in flight: the next save waits for it, and says
+    With ``background=True`` (the default) the training thread only copies the state (into
+    buffers kept from the previous save: ``checkpoint_saving.CheckpointStager``); the
+    serialisation, write, fsyncs and rename run on a thread while training goes on
+    (``checkpoint_saving.BackgroundWriter``), and the pointer and pruning follow the rename
+    there. At most one save is in flight: the next save waits for it, and says
     so. A failed background write raises :class:`CheckpointSaveError`, naming the file and the
     cause, at the next iteration (or the end of the run). The run's end, and
     ``SignalCheckpointHook``'s save, wait for the save in flight; a kill leaves only a hidden temp
@@ -75,7 +78,15 @@ class AtomicCheckpointHook(CheckpointHook):
 
     def _save_best_checkpoint(self, runner, metrics) -> None:
         background_writer.wait()  # the previous best is in place before it may be removed
-        super()._save_best_checkpoint(runner, metrics)
+        with self._serialising_in_background():
+            super()._save_best_checkpoint(runner, metrics)
+
+    def _serialising_in_background(self):
+        """Where saves go to the background writer, the Runner's saves are staged and
+        serialised there (``checkpoint_saving.save_in_background``) instead of in this thread."""
+        if (self.backend_args or {}).get('backend') != ATOMIC_BACKENDS[1]:
+            return contextlib.nullcontext()
+        return runner_saves_checkpoints_with(save_in_background)
 
     def _save_checkpoint_with_step(self, runner, step, meta) -> None:
         if self.backend_args is None or self.backend_args.get('backend') not in ATOMIC_BACKENDS:
@@ -97,10 +108,12 @@ class AtomicCheckpointHook(CheckpointHook):
         ckpt_filename = self.filename_tmpl.format(step)
         self.last_ckpt = self.file_backend.join_path(self.out_dir, ckpt_filename)
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
-        runner.save_checkpoint(
-            self.out_dir, ckpt_filename, self.file_client_args,
-            save_optimizer=self.save_optimizer, save_param_scheduler=self.save_param_scheduler,
-            meta=meta, by_epoch=self.by_epoch, backend_args=self.backend_args, **self.args)
+        with self._serialising_in_background():
+            runner.save_checkpoint(
+                self.out_dir, ckpt_filename, self.file_client_args,
+                save_optimizer=self.save_optimizer,
+                save_param_scheduler=self.save_param_scheduler, meta=meta,
+                by_epoch=self.by_epoch, backend_args=self.backend_args, **self.args)
         if not is_main_process():
             return
         pointer, target = osp.join(runner.work_dir, 'last_checkpoint'), str(self.last_ckpt)

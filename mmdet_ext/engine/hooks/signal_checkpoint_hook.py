@@ -114,7 +114,8 @@ class SignalCheckpointHook(Hook):
             runner.logger.error(f'SignalCheckpointHook: {failure}')
         for other in runner.hooks:
             if isinstance(other, ExactResumeHook):
-                other.snapshot_for_save()  # on every rank; save_checkpoint runs on rank 0 only
+                # On every rank: save_checkpoint runs on rank 0 only.
+                other.snapshot_for_save(runner)
         filename = f'iter_{runner.iter + 1}.pth'
         runner.save_checkpoint(out_dir, filename, by_epoch=False, backend_args=backend_args)
         path = osp.join(str(out_dir), filename)
