@@ -106,7 +106,8 @@ class ExactResumeHook(Hook):
     distributed runs, a mid-epoch checkpoint saved by some other hook (warned).
     In the partial epoch after a mid-epoch resume, ``batch_idx`` (what LoggerHook shows as
     ``[i/N]``) counts the remaining batches only. In distributed runs the snapshot
-    costs one small all-gather per checkpoint and per epoch of an epoch-based loop.
+    costs one all-gather per checkpoint and per epoch of an epoch-based loop (the RNG states and
+    the epoch's unconsumed indices: a few bytes per sample).
     """
 
     priority = 'VERY_HIGH'  # snapshot and count before CheckpointHook (VERY_LOW) saves
