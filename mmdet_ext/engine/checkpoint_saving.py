@@ -235,15 +235,16 @@ class CheckpointStager:
             if id(tensor) in memo:
                 continue
             if tensor.device.type != 'cpu' or tensor.layout != torch.strided or \
-                    tensor.is_quantized:
-                memo[id(tensor)] = tensor.detach().clone()
+                    tensor.is_quantized or tensor.is_conj() or tensor.is_neg():
+                memo[id(tensor)] = tensor.detach().clone()  # what a storage does not say
                 continue
             source = tensor.untyped_storage()
             key = (source.data_ptr(), source.nbytes())
             if key not in copies:
                 same_size = free.get(source.nbytes())
-                copy_ = same_size.pop() if same_size else torch.UntypedStorage(source.nbytes())
-                copies[key] = copy_.copy_(source)
+                staged = same_size.pop() if same_size else torch.UntypedStorage(source.nbytes())
+                staged.copy_(source)
+                copies[key] = staged
             memo[id(tensor)] = torch.empty(0, dtype=tensor.dtype).set_(
                 copies[key], tensor.storage_offset(), tensor.size(), tensor.stride())
         self._kept = list(copies.values())
