@@ -211,7 +211,11 @@ def _ranks(work_dir, name: str, world: int, signal_at: int = -1) -> list[int]:
                               env={**env, 'RANK': str(r), 'LOCAL_RANK': str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(world)]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    try:
+        outputs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:  # a hung rank must not outlive the test
+        for p in procs:
+            p.kill()
     (work_dir / f'{name}.out').write_text('\n'.join(outputs))
     return [p.returncode for p in procs]
 
