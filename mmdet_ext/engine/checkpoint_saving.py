@@ -46,10 +46,14 @@ def _fsync_dir(dirname: str) -> None:
 Writer = Callable[[BinaryIO], None]
 
 
+def _bytes_writer(data: Union[bytes, memoryview]) -> Writer:
+    return lambda f: f.write(data)
+
+
 def atomic_write_bytes(data: Union[bytes, memoryview], filepath: Union[str, Path]) -> None:
     """Write ``data`` to ``filepath`` so that a crash at any point leaves the old or the new file
     (:func:`atomic_write`)."""
-    atomic_write(lambda f: f.write(data), filepath)
+    atomic_write(_bytes_writer(data), filepath)
 
 
 def atomic_write(write: Writer, filepath: Union[str, Path]) -> None:
@@ -201,10 +205,6 @@ class BackgroundWriter:
                 self._failure = (path, err)
                 self._then.clear()
                 self._thread = None
-
-
-def _bytes_writer(data: bytes) -> Writer:
-    return lambda f: f.write(data)
 
 
 # This process's writer: every background save goes through it.
