@@ -751,17 +751,34 @@ def test_wrappers_forward_the_batched_fetch(toy_coco_root, kind):
         assert len({s['inputs'].untyped_storage().data_ptr() for s in samples}) == 2
 
 
-def test_a_dataset_without_batched_fetch_is_logged_once(toy_coco_root, log_file):
+def test_a_concatenated_batch_without_seeds_is_fetched_in_runs_in_order(toy_coco_root):
+    """Without seeds the samples draw from the global random state in batch order: each run of
+    consecutive samples of one dataset is one batched fetch, the runs in order."""
     from mmdet_ext.datasets import wrapper_fetch
-    wrapper_fetch._logged.discard('ConcatDataset')
     concat = _wrapped('concat', toy_coco_root)
     reference = _wrapped('concat', toy_coco_root, batched_fetch=False)
-    for _ in range(2):  # without seeds: sample by sample, in order
-        _assert_same_samples(_per_sample(reference, [0, 9, 1]),
-                             (np.random.seed(0), wrapper_fetch.fetch_batch(concat, [0, 9, 1],
-                                                                           None))[1])
-    assert log_file.read_text().count('ConcatDataset loads its batches sample by sample '
-                                      '(without seeds)') == 1
+    first = len(concat.datasets[0])
+    indices = [0, 1, first, first + 1, 2]  # runs: [0, 1], [first, first + 1], [2]
+    for seed in range(2):
+        samples = (np.random.seed(seed), wrapper_fetch.fetch_batch(concat, indices))[1]
+        _assert_same_samples(_per_sample(reference, indices, seed), samples)
+        storages = [s['inputs'].untyped_storage().data_ptr() for s in samples]
+        assert storages[0] == storages[1] and storages[2] == storages[3]
+        assert len(set(storages)) == 3  # one buffer per run: each run was one batched fetch
+
+
+def test_a_dataset_without_batched_fetch_is_logged_once(toy_coco_root, log_file):
+    from torch.utils.data import Subset
+
+    from mmdet_ext.datasets import wrapper_fetch
+    wrapper_fetch._logged.discard('Subset')
+    subset = Subset(_dataset(toy_coco_root), [3, 0, 5])
+    reference = _dataset(toy_coco_root, batched_fetch=False)
+    for _ in range(2):  # sample by sample, in order
+        _assert_same_samples(_per_sample(reference, [5, 3]),
+                             (np.random.seed(0), wrapper_fetch.fetch_batch(subset, [2, 0]))[1])
+    assert log_file.read_text().count('Subset loads its batches sample by sample '
+                                      '(it has no batch engine)') == 1
 
 
 def test_the_runners_num_batch_per_epoch_slice_keeps_the_batched_fetch(toy_coco_root):

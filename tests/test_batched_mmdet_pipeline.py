@@ -67,7 +67,7 @@ def _mmdet_pipeline(resize=RESIZE_STEPS[0], color_type='color', annotations=LAZY
 def _assert_batched_exactly(root, pipeline, seeds=range(3), **kwargs):
     batched = _dataset(root, pipeline, **kwargs)
     reference = _dataset(root, pipeline, batched_fetch=False, **kwargs)
-    assert batched._batched_fetcher().plan.loader.read_as == 'NativeLoadImageFromFile'
+    assert batched.batch_engine().plan.loader.read_as == 'NativeLoadImageFromFile'
     flips = set()
     for seed in seeds:
         samples = _batched(batched, INDICES, seed)
@@ -192,7 +192,7 @@ def test_an_adopted_mmdet_config_is_batched(elsewhere, toy_coco_root):  # noqa: 
     for name in ('train_dataloader', 'val_dataloader'):
         dataset = DATASETS.build(cfg[name].dataset)
         reference = DATASETS.build({**cfg[name].dataset, 'batched_fetch': False})
-        assert dataset._batched_fetcher().plan.loader.read_as == 'NativeLoadImageFromFile'
+        assert dataset.batch_engine().plan.loader.read_as == 'NativeLoadImageFromFile'
         indices = list(range(min(4, len(dataset))))
         samples = _batched(dataset, indices)
         _assert_same_samples(_per_sample(reference, indices), samples)

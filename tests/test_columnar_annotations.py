@@ -198,7 +198,7 @@ def test_the_batched_fetch_reads_columns_only_where_nothing_needs_the_instances(
                               ann_file='annotations/instances_train.json',
                               data_prefix=dict(img='train/'), metainfo=dict(classes=CLASSES),
                               pipeline=pipeline())
-    assert dataset._batched_fetcher() is not None  # batched either way
+    assert dataset.batch_engine() is not None  # batched either way
     assert (_fetcher_columns(dataset) is not None) == used
 
 

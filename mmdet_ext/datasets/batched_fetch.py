@@ -56,7 +56,7 @@ from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
 from ..transforms.fused_mmdet_loading import fuse_mmdet_loading
 from .columnar_annotations import columnar_plan
 from .batch_decoder import BatchDecoder, DecodeFailed, SlotDecoder
-from .seeded_rngs import load_seeded, seed_rngs
+from .seeded_rngs import seed_rngs
 
 # Whether a LoadLazyAnnotations reads the store's columns where it can (columnar_plan); off
 # only to measure what that saves (benchmarks/batched_fetch.py).
@@ -102,6 +102,17 @@ def batch_plan(transforms: Sequence) -> tuple[Optional[BatchPlan], str]:
     if not isinstance(transforms[-1], PackDetInputs):
         return None, 'the pipeline does not end with PackDetInputs'
     return BatchPlan(list(transforms[:start]), loader, list(transforms[end:])), ''
+
+
+def batch_engine_for(dataset: Any, transforms: Sequence) -> tuple[Optional['BatchedFetcher'], str]:
+    """(the batch engine of ``dataset``, a ``LazyCocoDataset``, for a pipeline of
+    ``transforms``, '') or (None, why there is none). Everything the engine chooses it chooses
+    here, once per pipeline: which front end plans the loading (``batch_plan``), and whether
+    the annotations are read from the store's columns (``columnar_plan``)."""
+    if not dataset.batched_fetch:
+        return None, 'batched_fetch=False'
+    plan, why = batch_plan(transforms)
+    return (None, why) if plan is None else (BatchedFetcher(dataset, plan), '')
 
 
 def decode_threads() -> int:
@@ -189,8 +200,11 @@ class BatchedFetcher:
         self._overlap_capacity = 0  # the most bytes a batch decoded while planned took
         self._reads_no_pixels = reads_no_pixels(self.plan)
 
-    def fetch(self, indices: Sequence[int], seeds: Optional[Sequence[int]] = None) -> list:
-        """The samples of ``indices`` (each under its seed when given), as the per-sample path."""
+    def fetch(self, indices: Sequence[int], seeds: Optional[Sequence[int]] = None
+              ) -> Optional[list]:
+        """The samples of ``indices`` (each under its seed when given), as the per-sample path
+        makes them; None where the batch cannot be made exactly, with the random states and
+        the bad-sample counts as they were (the caller loads it sample by sample)."""
         seeds = [None] * len(indices) if seeds is None else list(seeds)
         bad = self.dataset.bad_samples
         counts = bad.tried, bad.bad_count
@@ -201,11 +215,10 @@ class BatchedFetcher:
                 restore()
                 bad.tried, bad.bad_count = counts  # the samples are tried again, not twice
                 self._log_fallback(str(why))
+                return None
             finally:
                 if any(seed is not None for seed in seeds):
                     restore()  # as seeded_rngs leaves them after each sample, whatever happens
-        return [load_seeded(self.dataset.load_sample, index, seed)
-                for index, seed in zip(indices, seeds)]
 
     def _fetch(self, indices: Sequence[int], seeds: list) -> list:
         if self.columns is not None:

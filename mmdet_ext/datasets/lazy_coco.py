@@ -18,14 +18,14 @@ from ..transforms.loading import NativeLoadImageFromFile
 from .annotation_store import (MISSING_EXAMPLE, MISSING_IMAGES, PROBLEMS_SUFFIX,
                                VALIDATION_COUNTS, AnnotationStore, open_store)
 from .bad_samples import BadSampleHandler, log_dir
-from .batched_fetch import BatchedFetcher, batch_plan
+from .batched_fetch import BatchedFetcher, batch_engine_for
 from .coco_records import instance_mask, kept_instances
 from .inflight import InflightRecord
-from .seeded_rngs import load_seeded
 from .shared_instance_tensors import share_instance_tensors
 from .validation import (MAX_MISSING_FRACTION, DataValidationError, MissingImagesError,
                          missing_images_message, nothing_left_message, read_problems,
                          resolve_policy)
+from .wrapper_fetch import load_batch
 
 
 # The loaders that take the dataset's max_pixels.
@@ -213,16 +213,12 @@ class LazyCocoDataset(BaseDetDataset):
         return self.load_guarded(idx, super().prepare_data)
 
     def __getitem__(self, idx: int) -> Any:
-        """Sample ``idx``: a batch of one through the batched fetch where it recognises the
-        pipeline (the same code and bytes as in a batch), else ``load_sample``."""
-        if not dataset_fully_initialized(self):
-            self.full_init()
-        fetcher = self._batched_fetcher()
-        return self.load_sample(idx) if fetcher is None else fetcher.fetch([idx])[0]
+        """Sample ``idx``: a batch of one (``wrapper_fetch.load_batch``)."""
+        return load_batch(self, [idx])[0]
 
     def load_sample(self, idx: int) -> Any:
         """mmdet's ``__getitem__``: the pipeline transform by transform. The path of a pipeline
-        the batched fetch does not recognise, and of a batch it cannot make exactly."""
+        the batch engine does not recognise, and of a batch it cannot make exactly."""
         return super().__getitem__(idx)
 
     def __getitems__(self, indices: Sequence[int]) -> list:
@@ -231,34 +227,26 @@ class LazyCocoDataset(BaseDetDataset):
 
     def fetch_batch(self, indices: Sequence[int], seeds: Optional[Sequence[int]] = None) -> list:
         """``[self[i] for i in indices]`` (each under ``seeds[k]``, ``seeded_rngs``, when given),
-        the images of a recognised pipeline decoded in one native call (``batched_fetch.py``).
-        In a DataLoader worker the samples' instance tensors then share a few storages, which
-        makes sending the batch cheaper (``share_instance_tensors``)."""
-        if not dataset_fully_initialized(self):
-            self.full_init()
-        fetcher = self._batched_fetcher()
-        if fetcher is None:
-            seeds = [None] * len(indices) if seeds is None else seeds
-            samples = [load_seeded(self.load_sample, index, seed)
-                       for index, seed in zip(indices, seeds)]
-        else:
-            samples = fetcher.fetch(indices, seeds)
+        made by the batch engine where it recognises the pipeline (``wrapper_fetch.load_batch``:
+        the images decoded together, into one buffer). In a DataLoader worker the samples'
+        instance tensors then share a few storages, which makes sending the batch cheaper
+        (``share_instance_tensors``)."""
+        samples = load_batch(self, indices, seeds)
         if self.batched_fetch and torch.utils.data.get_worker_info() is not None:
             share_instance_tensors(samples)
         return samples
 
-    def _batched_fetcher(self) -> Optional[BatchedFetcher]:
-        """The fetcher of the current pipeline (PipelineSwitchHook may replace it), or None when
-        it is off or the pipeline is not one it recognises; that is logged once per pipeline."""
+    def batch_engine(self) -> Optional[BatchedFetcher]:
+        """The batch engine of the current pipeline (PipelineSwitchHook may replace it), or None
+        when it is off or the pipeline is not one it recognises; that is logged once per
+        pipeline."""
+        if not dataset_fully_initialized(self):
+            self.full_init()
         pipeline = self.pipeline
         if self._fetcher_for is not pipeline:
             self._fetcher_for, self._fetcher = pipeline, None
             self._hand_to_pipeline()
-            plan, why = batch_plan(getattr(pipeline, 'transforms', []))
-            if not self.batched_fetch:
-                why = 'batched_fetch=False'
-            elif plan is not None:
-                self._fetcher = BatchedFetcher(self, plan)
+            self._fetcher, why = batch_engine_for(self, getattr(pipeline, 'transforms', []))
             info = torch.utils.data.get_worker_info()
             if info is None or info.id == 0:  # once, not once per worker
                 print_log(f'{type(self).__name__}: batched fetch ' + (

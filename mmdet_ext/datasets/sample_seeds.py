@@ -77,11 +77,14 @@ class PerSampleSeedDataset(Dataset):
         return load_seeded(self.dataset.__getitem__, key.index, key.seed)
 
     def __getitems__(self, keys: list) -> list:
-        """A batch, each sample under its seed: batched where the dataset, or what mmengine's
-        wrappers around it wrap, has ``fetch_batch`` (``wrapper_fetch.py``), else sample by
-        sample as ``__getitem__``."""
-        if not all(isinstance(key, SeededKey) for key in keys):
+        """A batch, each sample under its seed (plain indices: without), through
+        ``wrapper_fetch.fetch_batch``: batched where the dataset, or what mmengine's wrappers
+        around it wrap, has ``fetch_batch``, else sample by sample as ``__getitem__``."""
+        seeded = [isinstance(key, SeededKey) for key in keys]
+        if any(seeded) and not all(seeded):  # never made by ResumableBatchSampler
             return [self[key] for key in keys]
+        if not any(seeded):
+            return fetch_batch(self.dataset, keys)
         return fetch_batch(self.dataset, [key.index for key in keys], [key.seed for key in keys])
 
 

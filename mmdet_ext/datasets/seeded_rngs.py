@@ -3,7 +3,7 @@ CPU RNG seeded, and put back afterwards (``sample_seeds.py`` says why and where 
 from)."""
 import contextlib
 import random
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -48,3 +48,12 @@ def load_seeded(load: Callable[[int], Any], index: int, seed: Optional[int]) -> 
         return load(index)
     with seeded_rngs(seed):
         return load(index)
+
+
+def load_one_by_one(load: Callable[[int], Any], indices: Sequence[int],
+                    seeds: Optional[Sequence[Optional[int]]] = None) -> list:
+    """``[load(i) for i in indices]``, each under its seed where ``seeds`` gives one
+    (``load_seeded``): the one per-sample path of a batch, for a dataset that does not batch,
+    a pipeline the batch engine does not recognise and a batch it cannot make exactly."""
+    seeds = [None] * len(indices) if seeds is None else seeds
+    return [load_seeded(load, index, seed) for index, seed in zip(indices, seeds)]
