@@ -808,8 +808,8 @@ def test_the_runners_num_batch_per_epoch_slice_keeps_the_batched_fetch(toy_coco_
 def test_the_inflight_record_names_every_file_of_a_batch_decode(toy_coco_root, tmp_path,
                                                                  usable_cpus):
     """Every record written while images are queued or decoding names them before what the
-    planning writes: queued after the plan (1 thread, decoded on the caller's), or while planned
-    (2 threads: batch_decoder.py)."""
+    planning writes: a flat batch's images are queued as they are planned, on 1 thread (decoded
+    on the caller's when the batch is waited for) as on 2 (batch_decoder.py)."""
     from mmdet_ext.datasets.inflight import RECORD_BYTES, InflightRecord, inflight_path
 
     class RecordingInflight(InflightRecord):
@@ -831,15 +831,10 @@ def test_the_inflight_record_names_every_file_of_a_batch_decode(toy_coco_root, t
     samples = [f'sample 0 (img_id=1, img_path={paths[0]})',
                f'sample 5 (img_id=6, img_path={paths[1]})']
     both = f'batch decode of 2 images: sample 0 ({paths[0]}), sample 5 ({paths[1]})'
-    if usable_cpus == 1:
-        assert dataset.inflight.held == [f'loading {samples[0]}', 'idle', f'loading {samples[1]}',
-                                         'idle', f'batch decode of 1 images: sample 0 '
-                                         f'({paths[0]}); idle', f'{both}; idle', 'idle']
-    else:
-        first = f'batch decode of 1 images: sample 0 ({paths[0]})'
-        assert dataset.inflight.held == [
-            f'loading {samples[0]}', 'idle', f'{first}; idle', f'{first}; loading {samples[1]}',
-            f'{first}; idle', f'{both}; idle', 'idle']
+    first = f'batch decode of 1 images: sample 0 ({paths[0]})'
+    assert dataset.inflight.held == [
+        f'loading {samples[0]}', 'idle', f'{first}; idle', f'{first}; loading {samples[1]}',
+        f'{first}; idle', f'{both}; idle', 'idle']
     # A batch of 16 (the toy set twice over) is named whole within the record's RECORD_BYTES.
     dataset.inflight.held.clear()
     dataset.__getitems__([index % len(dataset) for index in range(16)])

@@ -19,14 +19,14 @@ decodes run differs, and that is a number of threads, not another code path:
 How: the queue's native threads never take the GIL. Python threads instead stall: one coming
 back from a decode waits for the GIL the planning thread holds; so would native threads dropping
 a reference to a tensor Python also holds (the queue keeps raw pointers, and this object the
-tensors). A flat buffer decoded while planning is allocated at the first image, for the most
-bytes a batch took so far (or this image's size times the batch size, if more), and no more: a
-few MB of headroom can take a batch's buffer past glibc's 32 MB mmap threshold, and then every
-batch faults in fresh pages. An image that does not fit waits for the decodes in flight, then the
-buffer grows and what is decoded is copied over. A flat buffer made after planning is allocated
-once, at its size, by the caller (shared memory in a worker: it crosses to the training process
-as it is). While images are in flight, the in-flight record lists them before whatever the
-planning writes, so a decoder crash is still named.
+tensors). A flat buffer is allocated at the first image, for the most bytes a batch took so
+far (or this image's size times the batch size, if more), and no more: a few MB of headroom can
+take a batch's buffer past glibc's 32 MB mmap threshold, and then every batch faults in fresh
+pages. An image that does not fit waits for the decodes in flight, then the buffer grows and
+what is decoded is copied over. In a DataLoader worker every buffer is memory the batch crosses
+to the training process in as it is (``collate.allocate_batch``). While images are in flight,
+the in-flight record lists them before whatever the planning writes, so a decoder crash is
+still named.
 """
 import os
 import threading
@@ -36,8 +36,10 @@ import numpy as np
 import torch
 
 from .._native import _C
+from ..collate import allocate_batch
 from ..ops.image import IMREAD_FLAGS
 from ..ops.pixels import FLIP_CODES, INTERPOLATIONS
+from ..rounding import padded_size
 from ..transforms.fused_loading import PendingDecode
 
 
@@ -61,12 +63,19 @@ def decode_queue(threads: int) -> Any:
         return queue
 
 
+def _bytes(count: int) -> torch.Tensor:
+    """``count`` uninitialised bytes: in a DataLoader worker, memory the batch is sent in as it
+    is (``allocate_batch``)."""
+    return allocate_batch(torch.empty(0, dtype=torch.uint8), (count,))
+
+
 class BatchDecoder:
-    """A batch's images in one flat buffer, one after another: ``buffer`` when given (of the
-    batch's size), else one allocated at the first image and grown as needed."""
+    """A batch's images in one flat buffer, one after another, each queued as it is added: the
+    buffer allocated at the first image (for ``capacity_hint`` bytes, or that image's size times
+    the batch size if more) and grown as needed."""
 
     def __init__(self, loader: Any, threads: int, batch_size: int, inflight: Any,
-                 capacity_hint: int = 0, buffer: Optional[torch.Tensor] = None) -> None:
+                 capacity_hint: int = 0) -> None:
         self.loader = loader
         # One thread fewer than the decode threads: the planning thread keeps a core while it
         # plans, and decodes what is left when it waits (DecodeQueue.wait).
@@ -74,7 +83,7 @@ class BatchDecoder:
         self.batch_size = batch_size
         self.capacity_hint = capacity_hint
         self.inflight = inflight
-        self.buffer: Optional[torch.Tensor] = buffer
+        self.buffer: Optional[torch.Tensor] = None
         self.used = 0
         self.layout: list[tuple[int, tuple[int, int, int]]] = []  # (offset, shape) per image
         self.names: list[str] = []  # of the images queued, by their position in the queue
@@ -88,8 +97,7 @@ class BatchDecoder:
         shape = pending.out_shape  # as decoded, or as a plan that decoded it warped it
         size = int(np.prod(shape))
         if self.buffer is None:
-            capacity = max(self.capacity_hint, size * self.batch_size)
-            self.buffer = torch.empty(capacity, dtype=torch.uint8)
+            self.buffer = _bytes(max(self.capacity_hint, size * self.batch_size))
         elif self.used + size > self.buffer.numel():
             self._grow(self.used + size)
         offset = self.used
@@ -131,7 +139,7 @@ class BatchDecoder:
     @property
     def batch_buffer(self) -> torch.Tensor:
         """The one tensor ``views`` are views of (``collate.FetchedBatch.buffer``)."""
-        return self.buffer[:self.used]
+        return _bytes(0) if self.buffer is None else self.buffer[:self.used]
 
     def wait(self) -> list[str]:
         """Wait for every decode in flight; '<image>: <error>' for each that failed."""
@@ -151,36 +159,67 @@ class BatchDecoder:
     def _grow(self, needed: int) -> None:
         """A larger buffer, with what is decoded so far (the decodes in flight finished)."""
         self._wait_or_raise()
-        grown = torch.empty(max(needed + needed // 4, 2 * self.buffer.numel()), dtype=torch.uint8)
+        grown = _bytes(max(needed + needed // 4, 2 * self.buffer.numel()))
         grown[:self.used].copy_(self.buffer[:self.used])
         self.buffer = grown
 
 
 class SlotDecoder(BatchDecoder):
-    """A ``pixels_on='worker'`` batch: each image decoded, resized and flipped into its slot of
-    the padded batch (``batch``, [B, C, H, W]). Queued once the whole batch is planned: the
-    slots' size is the largest image's (padded to the model's divisor)."""
+    """A batch of warped images (``PixelStage.warped``): each decoded, resized and flipped into
+    its slot of a padded [B, C, H, W] batch, H and W the largest image's rounded up to
+    ``divisor``. The slots' size is known once the whole batch is planned: the images added are
+    placed and queued at the first ``views`` or ``images``. Images of several channel counts
+    (``color_type='unchanged'``, each decoded by its plan) go into one flat buffer instead."""
 
-    def __init__(self, loader: Any, threads: int, batch: torch.Tensor, inflight: Any) -> None:
-        super().__init__(loader, threads, len(batch), inflight, buffer=batch.view(-1))
-        self.batch = batch
+    def __init__(self, loader: Any, threads: int, batch_size: int, divisor: int,
+                 inflight: Any) -> None:
+        super().__init__(loader, threads, batch_size, inflight)
+        self.divisor = divisor
+        self.planned: list[tuple[int, PendingDecode]] = []
+        self.batch: Optional[torch.Tensor] = None
 
     def add(self, index: int, pending: PendingDecode) -> None:
-        position = len(self.layout)
-        _, height, width = pending.out_shape
-        offset = position * self.batch[0].numel()
-        self.layout.append((offset, pending.out_shape))
-        if pending.encoded is None:  # plan decoded and warped it
-            self.batch[position, :, :height, :width].copy_(pending.decoded)
-            return
-        warp = pending.warp
-        self._submit(index, pending, offset, warp=[warp.out_h, warp.out_w, FLIP_CODES[warp.flip]],
-                     interpolation=INTERPOLATIONS[warp.interpolation],
-                     slot_hw=list(self.batch.shape[2:]))
+        self.planned.append((index, pending))
+
+    def images(self) -> list[torch.Tensor]:
+        self._place()
+        return super().images()
 
     def views(self) -> list[torch.Tensor]:
+        self._place()
+        if self.batch is None:
+            return super().views()
         return [slot[:, :h, :w] for slot, (_, (_, h, w)) in zip(self.batch, self.layout)]
 
     @property
     def batch_buffer(self) -> torch.Tensor:
-        return self.batch
+        return super().batch_buffer if self.batch is None else self.batch
+
+    def _place(self) -> None:
+        """Place and queue the images added since (once per batch: all of them)."""
+        planned, self.planned = self.planned, []
+        if not planned:
+            return
+        shapes = [pending.out_shape for _, pending in planned]
+        if len({c for c, _, _ in shapes}) > 1:
+            self.capacity_hint = sum(int(np.prod(shape)) for shape in shapes)
+            for index, pending in planned:
+                BatchDecoder.add(self, index, pending)
+            return
+        height = padded_size(max(h for _, h, _ in shapes), self.divisor)
+        width = padded_size(max(w for _, _, w in shapes), self.divisor)
+        self.batch = allocate_batch(torch.empty(0, dtype=torch.uint8),
+                                    (len(shapes), shapes[0][0], height, width))
+        self.buffer = self.batch.view(-1)
+        for position, (index, pending) in enumerate(planned):
+            _, height, width = pending.out_shape
+            offset = position * self.batch[0].numel()
+            self.layout.append((offset, pending.out_shape))
+            if pending.encoded is None:  # plan decoded and warped it
+                self.batch[position, :, :height, :width].copy_(pending.decoded)
+                continue
+            warp = pending.warp
+            self._submit(index, pending, offset,
+                         warp=[warp.out_h, warp.out_w, FLIP_CODES[warp.flip]],
+                         interpolation=INTERPOLATIONS[warp.interpolation],
+                         slot_hw=list(self.batch.shape[2:]))

@@ -16,10 +16,13 @@ How, in three passes over the batch:
    stopped at the loader's ``plan`` (every transform before it, the file read, the flip draw, the
    geometry); a bad sample is handled as the per-sample path handles it (``on_bad_sample``,
    ``max_refetch`` replacement draws).
-2. *Decode* the batch (and warp it, ``pixels_on='worker'``) on ``BatchDecoder``: in a worker
-   on the calling thread once the batch is planned; in the training process (threads, no
-   DataLoader workers) on native threads too, a ``pixels_on='device'`` batch image by image as
-   the plan goes, while the next samples are planned.
+2. *Decode* the batch on ``BatchDecoder``, laid out by the loader's stage (``PixelStage``):
+   images finished in the worker into the slots of a padded batch, queued once the last plan
+   tells the slots' size; images left to the device (decoded, or the files' bytes) one after
+   another into one flat buffer, each queued as it is planned. In a DataLoader worker the queue
+   decodes on the calling thread when the batch is waited for; in the training process
+   (threads, no DataLoader workers) on native threads too, while the rest of the batch is
+   planned or finished.
 3. *Finish*, per sample: the decoded image into ``results``, then the transforms after the loader.
    Where nothing after the loader reads the pixels (``reads_no_pixels``: mmdet's own
    ``PackDetInputs`` makes ``inputs`` a view of the buffer without reading it), this runs before
@@ -50,8 +53,7 @@ import torch
 from mmdet.datasets.transforms import FilterAnnotations, LoadAnnotations, PackDetInputs
 from mmengine.logging import print_log
 
-from ..collate import FetchedBatch, allocate_batch
-from ..rounding import padded_size
+from ..collate import FetchedBatch
 from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
 from ..transforms.fused_mmdet_loading import fuse_mmdet_loading
 from .columnar_annotations import columnar_plan
@@ -153,15 +155,6 @@ def _pack_with_inputs(pack: PackDetInputs, results: dict, image: torch.Tensor,
     return {'inputs': image, **packed}
 
 
-def _padded_batch(shapes: list[tuple[int, int, int]], divisor: int) -> torch.Tensor:
-    """The [B, C, H, W] uint8 batch whose slots hold images of ``shapes`` (one channel count),
-    H and W the largest rounded up to ``divisor``; shared memory in a DataLoader worker
-    (``allocate_batch``)."""
-    batch_shape = (len(shapes), shapes[0][0], padded_size(max(h for _, h, _ in shapes), divisor),
-                   padded_size(max(w for _, _, w in shapes), divisor))
-    return allocate_batch(torch.empty(0, dtype=torch.uint8), batch_shape)
-
-
 def reads_no_pixels(plan: BatchPlan) -> bool:
     """Whether nothing after ``plan``'s loader reads the pixels: mmdet's own transforms of
     ``AFTER_LOADER`` (not subclasses, which may), ending with a ``PackDetInputs`` that makes
@@ -197,7 +190,7 @@ class BatchedFetcher:
         columnar = columnar_plan(dataset, plan) if COLUMNAR_ANNOTATIONS else None
         self.plan, self.columns = columnar or (plan, None)
         self._logged_fallback = False
-        self._overlap_capacity = 0  # the most bytes a batch decoded while planned took
+        self._flat_capacity = 0  # the most bytes a flat batch took
         self._reads_no_pixels = reads_no_pixels(self.plan)
 
     def fetch(self, indices: Sequence[int], seeds: Optional[Sequence[int]] = None
@@ -223,13 +216,7 @@ class BatchedFetcher:
     def _fetch(self, indices: Sequence[int], seeds: list) -> list:
         if self.columns is not None:
             self.columns.prepare(indices)
-        threads = decode_threads()
-        decoder = None
-        if threads > 1 and self.plan.loader.pixels_on == 'device':
-            # A flat batch: each image's place is known once it is planned, so it decodes on
-            # the other threads while the next samples are planned.
-            decoder = BatchDecoder(self.plan.loader, threads, len(indices),
-                                   self.dataset.inflight, capacity_hint=self._overlap_capacity)
+        decoder = self._decoder(len(indices))
         planned = []
         try:
             for index, seed in zip(indices, seeds):
@@ -238,12 +225,7 @@ class BatchedFetcher:
                     # fetch restores them once per batch. Nothing after the plan draws.
                     seed_rngs(seed)
                 planned.append(self._plan_sample(index))
-                if decoder is not None:
-                    decoder.add(*planned[-1][::2])
-            if decoder is None:
-                decoder = self._decoder([pending for _, _, pending in planned], threads)
-                for index, _, pending in planned:
-                    decoder.add(index, pending)
+                decoder.add(*planned[-1][::2])
             if not self._reads_no_pixels:
                 images = decoder.images()
                 samples = self._finish(planned, images)
@@ -257,28 +239,23 @@ class BatchedFetcher:
         except DecodeFailed as err:
             raise _FallBack(str(err)) from err
         finally:
-            if decoder is not None:
-                decoder.wait()  # nothing decodes on after the batch, whatever happened
-                self._overlap_capacity = max(self._overlap_capacity, decoder.used)
+            decoder.wait()  # nothing decodes on after the batch, whatever happened
+            self._flat_capacity = max(self._flat_capacity, decoder.used)
 
-    def _decoder(self, pendings: list[PendingDecode], threads: int) -> BatchDecoder:
-        """The executor of a planned batch. ``pixels_on='worker'``: each image resized and
-        flipped into its slot of a padded [B, C, H, W] batch (H, W the largest image's, rounded
-        up to the dataset's ``pad_size_divisor``), which ``fast_collate`` pads in place and
-        sends as it is. Else (or images of several channel counts, all decoded by the plan):
-        one flat buffer of the images one after another; ``pixels_on='device'``: that buffer,
-        shared memory in a worker, is what ``fast_collate`` sends."""
-        loader = self.plan.loader
-        shapes = [pending.out_shape for pending in pendings]
-        if loader.pixels_on == 'worker' and len({c for c, _, _ in shapes}) == 1:
-            return SlotDecoder(loader, threads,
-                               _padded_batch(shapes, self.dataset.pad_size_divisor),
+    def _decoder(self, batch_size: int) -> BatchDecoder:
+        """The executor of a batch, by the loader's stage (``PixelStage``): warped images into
+        the slots of a padded [B, C, H, W] batch (padded to the dataset's ``pad_size_divisor``;
+        placed once the batch is planned), which ``fast_collate`` pads in place and sends as it
+        is; anything else one after another into one flat buffer, each image queued as it is
+        planned, which ``fast_collate`` sends as it is. In a worker the batch is memory sent to
+        the training process without a copy; in threads mode images decode on the other threads
+        while the next samples are planned (a flat batch) or finished (slots)."""
+        loader, threads = self.plan.loader, decode_threads()
+        if loader.stage.warped:
+            return SlotDecoder(loader, threads, batch_size, self.dataset.pad_size_divisor,
                                self.dataset.inflight)
-        size = sum(int(np.prod(shape)) for shape in shapes)
-        buffer = allocate_batch(torch.empty(0, dtype=torch.uint8), (size,)) \
-            if loader.pixels_on == 'device' else torch.empty(size, dtype=torch.uint8)
-        return BatchDecoder(loader, threads, len(pendings), self.dataset.inflight,
-                            buffer=buffer)
+        return BatchDecoder(loader, threads, batch_size, self.dataset.inflight,
+                            capacity_hint=self._flat_capacity)
 
     def _finish(self, planned: list, images: list[torch.Tensor],
                 wait_for_pixels: Optional[Callable[[], Any]] = None) -> list:

@@ -263,7 +263,7 @@ class LazyCocoDataset(BaseDetDataset):
         deferred = False
         for transform in getattr(self.pipeline, 'transforms', []):
             deferred = deferred or (isinstance(transform, NativeLoadResizeFlip)
-                                    and transform.defer is not None)
+                                    and not transform.stage.warped)
             if deferred and isinstance(transform, PackDetInputs) and \
                     PENDING_WARP_KEY not in transform.meta_keys:
                 transform.meta_keys = (*transform.meta_keys, PENDING_WARP_KEY)

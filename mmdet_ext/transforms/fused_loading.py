@@ -44,6 +44,22 @@ PLANNED_CHANNELS = {'color': 3, 'color_ignore_orientation': 3, 'grayscale': 1,
                     'grayscale_ignore_orientation': 1}
 
 
+class PixelStage(NamedTuple):
+    """How far a sample's pixels get in the DataLoader worker, read from ``defer`` once
+    (``STAGES``): resized and flipped there (``warped``, ``defer=None``), decoded only (the
+    sample then carries its ``pending_warp`` record: ``'resize'``), or not even decoded (the
+    file's bytes: ``encoded``, ``'decode'``). The loader's plan and ``finish`` and the batch
+    engine's layout (warped images in the slots of a padded batch, anything else one after
+    another in one flat buffer) all follow from it; nothing else reads ``defer``."""
+    name: str
+    warped: bool
+    encoded: bool
+
+
+STAGES = {None: PixelStage('warped', True, False), 'resize': PixelStage('decoded', False, False),
+          'decode': PixelStage('encoded', False, True)}
+
+
 class Warp(NamedTuple):
     """The resize and flip one decoded image takes: to (out_h, out_w) with ``interpolation``,
     then flipped (``flip``: mmdet's direction, or None). The one record of them in Python: the
@@ -223,16 +239,21 @@ class NativeLoadResizeFlip(BaseTransform):
         self.annotation_loaders: list = []
         self.scale_step: Optional[BaseTransform] = None
 
-    # What the batched fetch and this class read of `defer`.
+    @property
+    def stage(self) -> PixelStage:
+        """What ``defer`` makes of each image (the one reading of it)."""
+        return STAGES[self.defer]
+
+    # `defer` in the spellings before it, read back as they were written.
     @property
     def pixels_on(self) -> str:
         """'device' where the resize and flip are left to the model's device, else 'worker'."""
-        return 'worker' if self.defer is None else 'device'
+        return 'worker' if self.stage.warped else 'device'
 
     @property
     def decode_on(self) -> str:
         """'device' where the decode is left to the model's device too, else 'worker'."""
-        return 'device' if self.defer == 'decode' else 'worker'
+        return 'device' if self.stage.encoded else 'worker'
 
     @classmethod
     def from_transforms(cls, resize: Resize, flip: Optional[RandomFlip],
@@ -293,7 +314,7 @@ class NativeLoadResizeFlip(BaseTransform):
         """``plan``; ``decode_now``: decode the image here whatever the header says (then
         ``PendingDecode.decoded`` holds it, warped as ``finish`` takes it)."""
         filename = results['img_path']
-        if self.decode_on == 'device':
+        if self.stage.encoded:
             return self._plan_encoded(results)
         read = read_for_plan(self, self.read_as, results,
                              lambda encoded, header: self._decode(encoded, header, filename),
@@ -319,7 +340,7 @@ class NativeLoadResizeFlip(BaseTransform):
                      *reduced_size(header.height, header.width, denom))
         warp = self._apply(results, size, scale, out_size)
         results.update(drawn)
-        if self.pixels_on == 'device':
+        if not self.stage.warped:
             return PendingDecode(filename, encoded, denom, shape,
                                  None if image is None else image.permute(2, 0, 1))
         decoded = None if image is None else warp.apply(image)
@@ -362,9 +383,9 @@ class NativeLoadResizeFlip(BaseTransform):
     def finish(self, results: dict, image: torch.Tensor) -> dict:
         """``results`` of ``plan`` with its image (Tensor[C, H, W] uint8 of the shape ``plan``
         said, ``PendingDecode.out_shape``): as ``transform`` leaves them."""
-        if self.decode_on == 'device':
+        if self.stage.encoded:
             results['img'] = image[0].numpy()  # the bytes, 1xN
-        elif self.pixels_on == 'device':
+        elif not self.stage.warped:
             self._set_deferred_image(results, image.numpy().transpose(1, 2, 0))
         else:
             self._set_warped_image(results, image.numpy())
@@ -398,7 +419,7 @@ class NativeLoadResizeFlip(BaseTransform):
             results['flip_direction'] = direction
         if direction is not None:
             self._flip_annotations(results, direction)
-        if self.pixels_on == 'device':
+        if not self.stage.warped:
             results[PENDING_WARP_KEY] = warp.record()
         return warp
 
@@ -424,7 +445,7 @@ class NativeLoadResizeFlip(BaseTransform):
         """
         # Deferred pixels go from here to PackDetInputs untouched: decoded channel-planar, the
         # HWC view it receives is already laid out as the CHW tensor it makes, so it copies nothing.
-        planar = self.pixels_on == 'device'
+        planar = not self.stage.warped
         if header is not None:
             denom = self._scale_denom(header, *self._target_size(header.width, header.height)[1])
             image = decode_file_bytes(encoded, filename, self.color_type, denom, self.max_pixels,
