@@ -517,6 +517,43 @@ def test_dataloader_batches_equal_the_per_sample_ones(toy_coco_root, pixels_on, 
             assert len({(t.dtype, t.untyped_storage().data_ptr()) for t in tensors}) == 2
 
 
+def _collate_noting_a_copy(samples):
+    """``fast_collate``, and whether it copied the samples' images (in the worker)."""
+    batch = fast_collate(samples)
+    batch['copied'] = batch['inputs'].data_ptr() != samples[0]['inputs'].data_ptr()
+    return batch
+
+
+@pytest.mark.parametrize('defer', ['resize', 'decode'])
+def test_a_flat_batch_that_outgrows_its_first_buffer_in_a_worker_is_still_sent_as_it_is(
+        toy_coco_root, defer):
+    """A flat batch is queued image by image as planned, into a buffer sized at the first image:
+    where the rest is larger it grows, in memory the worker sends as it is, and the batch is
+    the per-sample one."""
+    pipeline = _pipeline(reduced_decode=False, **(
+        {'pixels_on': 'device'} if defer == 'resize' else
+        {'pixels_on': 'device', 'decode_on': 'device'}))
+    dataset = _dataset(toy_coco_root, pipeline)
+    infos = [dataset.get_data_info(i) for i in range(len(dataset))]
+    sizes = [info['height'] * info['width'] * 3 if defer == 'resize' else
+             os.path.getsize(info['img_path']) for info in infos]  # the bytes each takes
+    by_size = sorted(range(len(dataset)), key=sizes.__getitem__)
+    batch = [by_size[0], *by_size[-3:]]  # the smallest first: the buffer must grow
+    assert 4 * sizes[batch[0]] < sum(sizes[i] for i in batch)
+    loader = DataLoader(PerSampleSeedDataset(dataset), batch_sampler=_seeded_batches(batch, 4),
+                        num_workers=1, collate_fn=_collate_noting_a_copy)
+    got, = list(loader)
+    assert got.pop('copied') is False  # fast_collate took the grown buffer as it is
+    want, = list(DataLoader(PerSampleSeedDataset(_dataset(toy_coco_root, pipeline,
+                                                           batched_fetch=False)),
+                            batch_sampler=_seeded_batches(batch, 4), collate_fn=fast_collate))
+    if defer == 'resize':  # pixels: a pooled segment (the files' bytes travel in the pickle)
+        assert got['inputs'].numel() > worker_buffers.INLINE_MAX_BYTES
+        assert worker_buffers.is_received(got['inputs'])
+    assert torch.equal(got['inputs'], want['inputs'])
+    assert [s.img_id for s in got['data_samples']] == [s.img_id for s in want['data_samples']]
+
+
 def _instance_tensors(instances):
     return [instances.bboxes.tensor, instances.labels]
 
