@@ -1,35 +1,327 @@
-"""Which COCOeval ``CocoMetric`` runs: pycocotools' (mmdet's) or faster-coco-eval's.
+"""Which COCO evaluator ``RLECocoMetric`` runs: pycocotools' (mmdet's) or a faster package that
+reports the same numbers.
 
-faster-coco-eval (PyPI, C++) computes the same matching and accumulation as pycocotools 5.7x
-(segm) to 11x (bbox) faster (benchmarks/results/coco_eval_speed.md); its 12 summary statistics
-differ from pycocotools' by at most ~2e-17 (summation order), so every number ``CocoMetric``
-reports (rounded to 3 digits) and prints is the same. It is an opt-in: pycocotools stays the
-default and the reference.
+Each faster backend is a ``COCOeval`` to mmdet: constructed with mmdet's ``COCO`` objects, its
+``params`` set as ``CocoMetric`` sets them, then ``evaluate``, ``accumulate``, ``summarize``. The
+package does the matching and the accumulation (the work: per-image IoUs, greedy matching,
+precision/recall tables); the summary is pycocotools' own code run on its tables, so the printed
+table and ``stats`` follow pycocotools' rules whatever the package's own summary does
+(faster-coco-eval's computes ``stats[0]`` at the largest ``maxDets``, where pycocotools takes
+100, and prints two more lines). What each adapter has to do for its package is said on it.
+
+``'auto'`` (the default) takes the fastest installed backend (``FASTEST_FIRST``, measured in
+benchmarks/results/cocoeval_backends.md) that agrees with pycocotools on the built-in parity
+check (``cocoeval_parity.check_parity``, about a second, once per process), else pycocotools;
+the log says which and why each faster one was passed over. A named backend is used as asked
+(tests/test_cocoeval_backends.py holds each to the full parity suite).
 """
-BACKENDS = ('pycocotools', 'faster_coco_eval')
+import datetime
+import functools
+import importlib
+import importlib.util
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+from mmengine.logging import print_log
+from pycocotools.cocoeval import COCOeval, Params
+
+from .cocoeval_parity import check_parity
 
 
-def faster_cocoeval_class() -> type:
-    """faster-coco-eval's ``COCOeval_faster``; an ImportError that says how to install it."""
-    try:
+class TablesFromPackage:
+    """A ``COCOeval`` whose ``evaluate`` and ``accumulate`` are another package's: ``_tables``
+    returns its precision, recall and scores tables (pycocotools' shapes) for ``params``; the
+    rest (params, what is printed, ``eval``, ``summarize``) is pycocotools'."""
+
+    package = ''
+
+    def __init__(self, cocoGt=None, cocoDt=None, iouType: str = 'segm') -> None:  # noqa: N803
+        self.cocoGt, self.cocoDt = cocoGt, cocoDt
+        self.params = Params(iouType=iouType)
+        self.eval: dict = {}
+        self.stats: list = []
+        self._tables: Optional[tuple] = None
+        if cocoGt is not None:
+            self.params.imgIds = sorted(cocoGt.getImgIds())
+            self.params.catIds = sorted(cocoGt.getCatIds())
+
+    def evaluate(self) -> None:
+        start = time.time()
+        print('Running per image evaluation...')
+        params = self.params
+        print(f'Evaluate annotation type *{params.iouType}* ({self.package})')
+        if params.iouType not in ('bbox', 'segm'):
+            raise NotImplementedError(f'{type(self).__name__}: iouType {params.iouType!r}')
+        # what pycocotools' evaluate does to the params
+        params.imgIds = [int(i) for i in np.unique(params.imgIds)]
+        if params.useCats:
+            params.catIds = [int(c) for c in np.unique(params.catIds)]
+        params.maxDets = sorted(int(m) for m in params.maxDets)
+        self._tables = self.tables(params)
+        print(f'DONE (t={time.time() - start:0.2f}s).')
+
+    def accumulate(self, p=None) -> None:
+        if p is not None and p is not self.params:
+            raise NotImplementedError(f'{type(self).__name__}.accumulate takes no other params')
+        if self._tables is None:
+            print('Please run evaluate() first')
+            return
+        params = self.params
+        if not params.useCats:  # as pycocotools' accumulate does
+            params.catIds = [-1]
+        precision, recall, scores = (np.asarray(table, dtype=np.float64)
+                                     for table in self._tables)
+        self.eval = dict(params=params, counts=list(precision.shape),
+                         date=datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S'),
+                         precision=precision, recall=recall, scores=scores)
+
+    summarize = COCOeval.summarize
+
+    def tables(self, params: Params) -> tuple:
+        raise NotImplementedError
+
+    def _set_params(self, package_params, params: Params, convert: Callable = list) -> None:
+        """Copies pycocotools' ``params`` into the package's."""
+        package_params.imgIds = list(params.imgIds)
+        package_params.catIds = list(params.catIds)
+        package_params.maxDets = list(params.maxDets)
+        package_params.iouThrs = convert(params.iouThrs)
+        package_params.recThrs = convert(params.recThrs)
+        package_params.areaRng = [[float(lo), float(hi)] for lo, hi in params.areaRng]
+        package_params.areaRngLbl = list(params.areaRngLbl)
+        package_params.useCats = int(bool(params.useCats))
+
+
+def _plain(annotation: dict) -> dict:
+    """A copy of an annotation with Python numbers and str RLE counts (``loadRes`` leaves numpy
+    boxes and areas; pycocotools' segm evaluation rewrites ground truth counts to bytes)."""
+    plain = dict(annotation)
+    for key in ('bbox', ):
+        if key in plain:
+            plain[key] = [float(v) for v in plain[key]]
+    for key in ('area', 'score'):
+        if key in plain:
+            plain[key] = float(plain[key])
+    for key in ('id', 'image_id', 'category_id', 'iscrowd'):
+        if key in plain:
+            plain[key] = int(plain[key])
+    segmentation = plain.get('segmentation')
+    if isinstance(segmentation, dict) and isinstance(segmentation.get('counts'), bytes):
+        plain['segmentation'] = {**segmentation, 'counts': segmentation['counts'].decode()}
+    return plain
+
+
+def _plain_dataset(coco, annotations: Optional[list] = None) -> dict:
+    dataset = coco.dataset
+    return dict(images=list(dataset['images']), categories=list(dataset['categories']),
+                annotations=[_plain(a) for a in (dataset.get('annotations', [])
+                                                 if annotations is None else annotations)])
+
+
+class FasterCocoEval(TablesFromPackage):
+    """faster-coco-eval (C++): takes pycocotools' ``COCO`` objects and params as they are."""
+
+    package = 'faster-coco-eval'
+
+    def tables(self, params: Params) -> tuple:
         from faster_coco_eval import COCOeval_faster
-    except ImportError as err:
-        raise ImportError("cocoeval_backend='faster_coco_eval' needs the faster-coco-eval package "
-                          '(pip install faster-coco-eval)') from err
-    return COCOeval_faster
+
+        evaluator = COCOeval_faster(self.cocoGt, self.cocoDt, params.iouType,
+                                    print_function=lambda *args, **kwargs: None)
+        self._set_params(evaluator.params, params, convert=lambda thresholds: thresholds)
+        evaluator.evaluate()
+        evaluator.accumulate()
+        return tuple(evaluator.eval[key] for key in ('precision', 'recall', 'scores'))
+
+
+class HotcocoEval(TablesFromPackage):
+    """hotcoco (Rust): it takes only its own ``COCO`` objects (mmdet's are refused, and mmdet's
+    subclassing of ``COCO`` cannot be applied to hotcoco's), so both are built from the
+    datasets; its warnings for non-default ``maxDets`` and ``useCats=0`` are not raised. It
+    mutates nothing."""
+
+    package = 'hotcoco'
+
+    def tables(self, params: Params) -> tuple:
+        import hotcoco
+
+        gt = hotcoco.COCO(_plain_dataset(self.cocoGt))
+        dt = hotcoco.COCO(_plain_dataset(self.cocoGt, self.cocoDt.dataset.get('annotations', [])))
+        evaluator = hotcoco.COCOeval(gt, dt, params.iouType)
+        self._set_params(evaluator.params, params,
+                         convert=lambda thresholds: [float(t) for t in thresholds])
+        evaluator.params.useCats = bool(params.useCats)
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', message='hotcoco:')
+            evaluator.evaluate()
+            evaluator.accumulate()
+        return tuple(evaluator.eval[key] for key in ('precision', 'recall', 'scores'))
+
+
+class UltrafastEval(TablesFromPackage):
+    """ultrafast-pycocotools (Rust): takes pycocotools' ``COCO`` objects once they have the
+    ``_compact`` attribute its own ``COCO`` sets (None: it then reads them as pycocotools
+    does). It mutates nothing else."""
+
+    package = 'ultrafast-pycocotools'
+
+    def tables(self, params: Params) -> tuple:
+        from ultrafast_pycocotools import COCOeval as UltrafastCOCOeval
+
+        for coco in (self.cocoGt, self.cocoDt):
+            if not hasattr(coco, '_compact'):
+                coco._compact = None
+        evaluator = UltrafastCOCOeval(self.cocoGt, self.cocoDt, params.iouType,
+                                      print_function=lambda *args, **kwargs: None)
+        self._set_params(evaluator.params, params, convert=lambda thresholds: thresholds)
+        evaluator.params.useCats = params.useCats
+        evaluator.evaluate()
+        evaluator.accumulate()
+        return tuple(evaluator.eval[key] for key in ('precision', 'recall', 'scores'))
+
+
+class _DatasetView:
+    """What vernier reads of a ``COCO``: ``dataset``, ``getImgIds``, ``getCatIds``."""
+
+    def __init__(self, dataset: dict) -> None:
+        self.dataset = dataset
+
+    def getImgIds(self) -> list:  # noqa: N802
+        return [int(image['id']) for image in self.dataset['images']]
+
+    def getCatIds(self) -> list:  # noqa: N802
+        return [int(category['id']) for category in self.dataset['categories']]
+
+
+class VernierEval(TablesFromPackage):
+    """vernier (Rust): reads plain datasets (``loadRes``' numpy boxes are refused, so copies
+    with lists); refuses an ``imgIds`` subset (the datasets are cut to it here) and a changed
+    ``areaRng`` (an error); with ``useCats=0`` it breaks score ties in file order where
+    pycocotools goes category by category in ``catIds`` order, so the annotations are given in
+    that order."""
+
+    package = 'vernier'
+
+    def tables(self, params: Params) -> tuple:
+        import vernier
+
+        images = [image for image in self.cocoGt.dataset['images']
+                  if int(image['id']) in set(params.imgIds)]
+        kept = {int(image['id']) for image in images}
+
+        def annotations(coco) -> list:
+            chosen = [a for a in coco.dataset.get('annotations', []) if a['image_id'] in kept]
+            if not params.useCats:
+                rank = {int(category): i for i, category in enumerate(params.catIds)}
+                chosen = sorted((a for a in chosen if a['category_id'] in rank),
+                                key=lambda a: rank[a['category_id']])
+            return [_plain(a) for a in chosen]
+
+        def view(coco) -> _DatasetView:
+            return _DatasetView(dict(images=images,
+                                     categories=list(self.cocoGt.dataset['categories']),
+                                     annotations=annotations(coco)))
+
+        evaluator = vernier.COCOeval(view(self.cocoGt), view(self.cocoDt), params.iouType)
+        evaluator.params.catIds = list(params.catIds)
+        evaluator.params.maxDets = list(params.maxDets)
+        evaluator.params.iouThrs = params.iouThrs
+        evaluator.params.recThrs = params.recThrs
+        evaluator.params.useCats = int(bool(params.useCats))
+        evaluator.evaluate()
+        evaluator.accumulate()
+        return tuple(evaluator.eval[key] for key in ('precision', 'recall', 'scores'))
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A COCO evaluator package: what pip installs, what is imported, its ``COCOeval``."""
+    name: str
+    package: str
+    module: str
+    evaluator: type
+
+    def installed(self) -> bool:
+        return importlib.util.find_spec(self.module) is not None
+
+
+BACKENDS = {backend.name: backend for backend in (
+    Backend('pycocotools', 'pycocotools', 'pycocotools', COCOeval),
+    Backend('faster_coco_eval', 'faster-coco-eval', 'faster_coco_eval', FasterCocoEval),
+    Backend('hotcoco', 'hotcoco', 'hotcoco', HotcocoEval),
+    Backend('ultrafast_pycocotools', 'ultrafast-pycocotools', 'ultrafast_pycocotools',
+            UltrafastEval),
+    Backend('vernier', 'vernier', 'vernier', VernierEval),
+)}
+# 'auto' tries these in this order: fastest first on benchmarks/results/cocoeval_backends.md
+FASTEST_FIRST = ('ultrafast_pycocotools', 'hotcoco', 'vernier', 'faster_coco_eval')
+CHOICES = ('auto', *BACKENDS)
 
 
 def check_backend(backend: str, use_mp_eval: bool) -> None:
     """Raises for an unknown backend, a missing package, or a combination mmdet would ignore."""
-    if backend not in BACKENDS:
-        raise ValueError(f'cocoeval_backend must be one of {BACKENDS}, got {backend!r}')
-    if backend == 'faster_coco_eval':
-        if use_mp_eval:
-            raise ValueError("use_mp_eval=True runs mmdet's multi-process COCOevalMP, which "
-                             "cocoeval_backend='faster_coco_eval' would not replace: choose one")
-        faster_cocoeval_class()
+    if backend not in CHOICES:
+        raise ValueError(f'cocoeval_backend must be one of {CHOICES}, got {backend!r}')
+    if backend in ('auto', 'pycocotools'):
+        return
+    if use_mp_eval:
+        raise ValueError(f"use_mp_eval=True runs mmdet's multi-process COCOevalMP, which "
+                         f"cocoeval_backend={backend!r} would not replace: choose one")
+    if not BACKENDS[backend].installed():
+        raise ImportError(f'cocoeval_backend={backend!r} needs the {BACKENDS[backend].package} '
+                          f'package (pip install {BACKENDS[backend].package})')
 
 
-def evaluator_replacements(backend: str) -> dict:
+@functools.lru_cache(maxsize=None)
+def auto_backend(candidates: Optional[tuple] = None) -> 'Backend':
+    """The first of ``candidates`` (``Backend``s; default: ``FASTEST_FIRST``) that is installed
+    and agrees with pycocotools on the built-in parity check, else 'pycocotools'; logged once
+    per process, with why each earlier one was not taken."""
+    if candidates is None:
+        candidates = tuple(BACKENDS[name] for name in FASTEST_FIRST)
+    passed_over = []
+    chosen = BACKENDS['pycocotools']
+    for backend in candidates:
+        if not backend.installed():
+            passed_over.append(f'{backend.name}: not installed')
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            problem = check_parity(backend.evaluator)
+        if problem is None:
+            chosen = backend
+            break
+        passed_over.append(f'{backend.name}: disagrees with pycocotools ({problem})')
+    why = ('it agrees with pycocotools on the built-in parity check and is the fastest of those '
+           'installed' if chosen.name != 'pycocotools' else
+           'no faster backend is installed and agrees')
+    print_log(f"cocoeval_backend='auto': evaluating with {chosen.name} ({why})"
+              + ''.join(f'; passed over {line}' for line in passed_over),
+              logger='current')
+    return chosen
+
+
+def resolve_backend(backend: str, use_mp_eval: bool) -> Backend:
+    """The backend that evaluates: ``backend``, or what 'auto' chose: pycocotools where mmdet's
+    multi-process evaluator was asked for, or where this mmdet reaches its evaluator otherwise
+    than through ``coco_metric.COCOeval`` (a fork)."""
+    if backend != 'auto' or use_mp_eval:
+        return BACKENDS['pycocotools' if backend == 'auto' else backend]
+    if not hasattr(importlib.import_module('mmdet.evaluation.metrics.coco_metric'), 'COCOeval'):
+        _log_once("cocoeval_backend='auto': this mmdet's coco_metric has no COCOeval to replace; "
+                  'evaluating with its own')
+        return BACKENDS['pycocotools']
+    return auto_backend()
+
+
+@functools.lru_cache(maxsize=None)
+def _log_once(message: str) -> None:
+    print_log(message, logger='current')
+
+
+def evaluator_replacements(backend: Backend) -> dict:
     """The ``coco_metric`` globals that make ``CocoMetric`` evaluate with ``backend``."""
-    return {'COCOeval': faster_cocoeval_class()} if backend == 'faster_coco_eval' else {}
+    return {} if backend.evaluator is COCOeval else {'COCOeval': backend.evaluator}

@@ -5,8 +5,9 @@ mmdet's ``CocoMetric.process`` copies each image's predicted masks to the host
 them one by one with pycocotools. ``RLECocoMetric`` encodes boolean mask tensors where they are
 (``predicted_masks_as_rles``) and takes RLE predictions (``RLEFCNMaskHead``) as they are; the
 results, the gathering across ranks (RLE bytes only) and every reported number are
-``CocoMetric``'s. Result files are written in one pass (``json_dump``: the same bytes), and
-``cocoeval_backend='faster_coco_eval'`` evaluates with faster-coco-eval.
+``CocoMetric``'s. Result files are written in one pass (``json_dump``: the same bytes), and the
+evaluation runs on the fastest installed evaluator that reports pycocotools' numbers
+(``cocoeval_backend.py``).
 """
 from typing import Sequence
 
@@ -14,7 +15,7 @@ from mmdet.evaluation.metrics import CocoMetric
 
 from ..registry import METRICS
 from .coco_metric_globals import replaced_coco_metric_globals
-from .cocoeval_backend import check_backend, evaluator_replacements
+from .cocoeval_backend import check_backend, evaluator_replacements, resolve_backend
 from .json_dump import dump_json_in_one_pass
 from .predicted_masks import predicted_masks_as_rles
 
@@ -28,13 +29,14 @@ class RLECocoMetric(CocoMetric):
     ``CocoMetric`` unchanged.
 
     Args:
-        cocoeval_backend: ``'pycocotools'`` (mmdet's COCOeval, the default) or
-            ``'faster_coco_eval'`` (the faster-coco-eval package: the same printed and reported
-            numbers, several times faster; see ``cocoeval_backend.py``).
+        cocoeval_backend: ``'auto'`` (the default: the fastest installed backend that agrees
+            with pycocotools on a built-in check, logged), ``'pycocotools'`` (mmdet's
+            ``COCOeval``) or a package named in ``cocoeval_backend.BACKENDS`` (the same printed
+            and reported numbers, several times faster).
         **kwargs: ``CocoMetric``'s arguments.
     """
 
-    def __init__(self, *args, cocoeval_backend: str = 'pycocotools', **kwargs) -> None:
+    def __init__(self, *args, cocoeval_backend: str = 'auto', **kwargs) -> None:
         super().__init__(*args, **kwargs)
         check_backend(cocoeval_backend, self.use_mp_eval)
         self.cocoeval_backend = cocoeval_backend
@@ -48,6 +50,7 @@ class RLECocoMetric(CocoMetric):
         super().process(data_batch, data_samples)
 
     def compute_metrics(self, results: list) -> dict:
-        with replaced_coco_metric_globals(required=evaluator_replacements(self.cocoeval_backend),
+        backend = resolve_backend(self.cocoeval_backend, self.use_mp_eval)
+        with replaced_coco_metric_globals(required=evaluator_replacements(backend),
                                           optional={'dump': dump_json_in_one_pass}):
             return super().compute_metrics(results)
