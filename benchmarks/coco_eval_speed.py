@@ -1,28 +1,36 @@
-"""COCO evaluation: pycocotools' COCOeval beside faster-coco-eval's, on COCO-val-like synthetic
-detections; every summary number compared, then the time of each.
+"""COCO evaluation with every evaluator backend of ``RLECocoMetric``, side by side, run as
+mmdet's ``CocoMetric`` runs its evaluator: mmdet's ``COCO`` of the ground truth json, ``loadRes``
+of the result list (segm results without their boxes, as mmdet pops them), params as
+``CocoMetric`` sets them (maxDets 100/300/1000), then ``evaluate``, ``accumulate``,
+``summarize``; every statistic compared with pycocotools'.
 
-    PYTHONPATH=. python3 benchmarks/coco_eval_speed.py --images 500 \
-        --out benchmarks/results/coco_eval_speed.md
+    PYTHONPATH=. python3 benchmarks/coco_eval_speed.py --out benchmarks/results/cocoeval_backends.md
 
-faster-coco-eval is not a dependency of mmdet_ext: run this where it is installed (for example
-in a venv with ``--system-site-packages`` and ``pip install faster-coco-eval``). Ground truth:
-about 7 polygon instances per image of 80 classes, some crowd RLEs; detections: ``--dets`` per
-image (the first ones jittered copies of the ground truth, the rest spurious), masks as COCO
-RLE made by ``paste_masks_to_rle`` from smooth 28x28 blobs, as Mask R-CNN's would be.
+Each backend runs in a process of its own (its peak RSS is its own): wall and CPU seconds
+(every thread) of the evaluation (construction to summary), and of ``loadRes`` before it, which
+is pycocotools' for every backend. Sets: val2017-sized (5,000 images, about 7 ground truth
+instances and 100 detections each, 80 classes; the first detections jittered copies of the
+ground truth, the rest spurious; masks as COCO RLE made by ``paste_masks_to_rle`` from smooth
+28x28 blobs, as Mask R-CNN's are) at 640x480 and at 1333x800, and a dense set (200 images, 100
+ground truth instances and 300 detections each).
 """
 import argparse
 import contextlib
 import io
+import json
 import os
 import platform
+import resource
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 from pycocotools import mask as mask_utils
-from pycocotools.coco import COCO
-from pycocotools.cocoeval import COCOeval
 
 from benchmarks import write_report
 from mmdet_ext import ops
@@ -34,14 +42,14 @@ def star(rng, cx, cy, radius, points):
     return np.stack([cx + radii * np.cos(angles), cy + radii * np.sin(angles)], 1).ravel()
 
 
-def synthetic_images(rng, images: int, dets: int, height: int, width: int):
+def synthetic_images(rng, images: int, dets: int, height: int, width: int, gt_range: tuple):
     """Yields one image at a time: (image info, ground truth annotations, detections), the
     detections as Mask R-CNN's mask head has them: boxes [N, 4] xyxy float32, category ids,
     28x28 mask logits [N, 28, 28] float32, scores."""
     for img_id in range(1, images + 1):
         image = dict(id=img_id, height=height, width=width, file_name=f'{img_id}.jpg')
         annotations, boxes, labels = [], [], []
-        for _ in range(rng.integers(2, 13)):
+        for _ in range(rng.integers(*gt_range)):
             radius = float(np.exp(rng.uniform(np.log(6), np.log(0.35 * min(height, width)))))
             cx, cy = rng.uniform(radius, width - radius), rng.uniform(radius, height - radius)
             poly = star(rng, cx, cy, radius, int(rng.integers(8, 60)))
@@ -56,11 +64,13 @@ def synthetic_images(rng, images: int, dets: int, height: int, width: int):
                                     segmentation=segmentation))
             boxes.append([x, y, x + w, y + h])
             labels.append(category)
+        boxes, labels = boxes[:dets], labels[:dets]
         spurious = dets - len(boxes)
         x1 = rng.uniform(0, width - 10, spurious)
         y1 = rng.uniform(0, height - 10, spurious)
         sizes = rng.uniform(8, 0.5 * min(height, width), (spurious, 2))
-        boxes = np.concatenate([np.array(boxes) + rng.normal(0, 3, (len(boxes), 4)),
+        boxes = np.concatenate([np.array(boxes).reshape(-1, 4) +
+                                rng.normal(0, 3, (len(boxes), 4)),
                                 np.stack([x1, y1, x1 + sizes[:, 0], y1 + sizes[:, 1]], 1)])
         boxes = np.clip(boxes, 0, [width, height, width, height]).astype(np.float32)
         labels = labels + rng.integers(1, 81, spurious).tolist()
@@ -70,17 +80,15 @@ def synthetic_images(rng, images: int, dets: int, height: int, width: int):
         yield image, annotations, (boxes, labels, logits.astype(np.float32), scores)
 
 
-def categories() -> list:
-    return [dict(id=i + 1, name=f'c{i}') for i in range(80)]
-
-
-def make_dataset(rng, images: int, dets: int, height: int, width: int) -> tuple[dict, list]:
+def make_dataset(rng, images: int, dets: int, height: int, width: int,
+                 gt_range: tuple) -> tuple[dict, list]:
     """(ground truth json, detection results list); masks as COCO RLE made by
     ``paste_masks_to_rle``."""
-    gt = dict(images=[], annotations=[], categories=categories())
+    gt = dict(images=[], annotations=[],
+              categories=[dict(id=i + 1, name=f'c{i}') for i in range(80)])
     results = []
     for image, annotations, (boxes, labels, logits, scores) in synthetic_images(
-            rng, images, dets, height, width):
+            rng, images, dets, height, width, gt_range):
         gt['images'].append(image)
         for annotation in annotations:
             gt['annotations'].append(dict(id=len(gt['annotations']) + 1, **annotation))
@@ -96,66 +104,133 @@ def make_dataset(rng, images: int, dets: int, height: int, width: int) -> tuple[
     return gt, results
 
 
-def evaluate(coco_cls, eval_cls, gt: dict, results: list, iou_type: str):
-    """(stats, printed summary, seconds) of loading the results, evaluate, accumulate, summarize."""
-    with contextlib.redirect_stdout(io.StringIO()) as printed:
-        coco_gt = coco_cls()
-        coco_gt.dataset = {k: list(v) for k, v in gt.items()}
-        coco_gt.createIndex()
-        start = time.perf_counter()
-        coco_dt = coco_gt.loadRes([dict(r) for r in results])
-        evaluator = eval_cls(coco_gt, coco_dt, iou_type)
+def child(backend: str, gt_path: str, results_path: str, iou_type: str) -> None:
+    """One evaluation in this process, as CocoMetric runs it; prints one json line."""
+    from mmdet.datasets.api_wrappers import COCO
+
+    from mmdet_ext.evaluation.cocoeval_backend import BACKENDS
+    from mmdet_ext.evaluation.cocoeval_parity import IOU_THRESHOLDS, MMDET_MAX_DETS
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt = COCO(gt_path)
+        predictions = json.loads(Path(results_path).read_text())
+        if iou_type == 'segm':
+            for prediction in predictions:
+                prediction.pop('bbox')
+        else:
+            for prediction in predictions:
+                prediction.pop('segmentation')
+        evaluator_type = BACKENDS[backend].evaluator
+        wall, cpu = time.perf_counter(), time.process_time()
+        dt = gt.loadRes(predictions)
+        load_wall, load_cpu = time.perf_counter() - wall, time.process_time() - cpu
+        before_mib = psutil.Process().memory_info().rss / 2 ** 20
+        wall, cpu = time.perf_counter(), time.process_time()
+        evaluator = evaluator_type(gt, dt, iou_type)
+        evaluator.params.catIds = gt.get_cat_ids()
+        evaluator.params.imgIds = gt.get_img_ids()
+        evaluator.params.maxDets = list(MMDET_MAX_DETS)
+        evaluator.params.iouThrs = IOU_THRESHOLDS
         evaluator.evaluate()
         evaluator.accumulate()
         evaluator.summarize()
-        seconds = time.perf_counter() - start
-    summary = [line for line in printed.getvalue().splitlines() if line.startswith(' Average')]
-    return np.asarray(evaluator.stats[:12]), summary, seconds
+        eval_wall, eval_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(json.dumps(dict(
+        stats=[float(v) for v in evaluator.stats], load_wall=load_wall, load_cpu=load_cpu,
+        eval_wall=eval_wall, eval_cpu=eval_cpu, before_mib=before_mib,
+        peak_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+
+
+def run_child(backend: str, gt_path: Path, results_path: Path, iou_type: str) -> dict:
+    output = subprocess.run(
+        [sys.executable, __file__, '--child', backend, str(gt_path), str(results_path), iou_type],
+        check=True, capture_output=True, text=True, env={**os.environ, 'PYTHONPATH': str(
+            Path(__file__).resolve().parents[1])}).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+SETS = {
+    'val2017-sized 640x480': dict(images=5000, dets=100, height=480, width=640, gt_range=(2, 13)),
+    'val2017-sized 1333x800': dict(images=5000, dets=100, height=800, width=1333,
+                                   gt_range=(2, 13)),
+    'dense 640x480': dict(images=200, dets=300, height=480, width=640, gt_range=(100, 101)),
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--images', type=int, default=500)
-    parser.add_argument('--dets', type=int, default=100)
-    parser.add_argument('--height', type=int, default=480)
-    parser.add_argument('--width', type=int, default=640)
+    parser.add_argument('--sets', nargs='+', default=list(SETS), choices=list(SETS))
+    parser.add_argument('--scale', type=float, default=1.0,
+                        help='fraction of each set\'s images (a quick try)')
     parser.add_argument('--out', type=Path)
+    parser.add_argument('--child', nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from faster_coco_eval import COCO as FasterCOCO
-    from faster_coco_eval import COCOeval_faster
-    import faster_coco_eval
+    if args.child:
+        child(*args.child)
+        return
+    from mmdet_ext.evaluation.cocoeval_backend import BACKENDS
+    import importlib.metadata as metadata
+
     torch.set_num_threads(1)
-    gt, results = make_dataset(np.random.default_rng(0), args.images, args.dets, args.height,
-                               args.width)
-    load_before = os.getloadavg()
+    backends = [name for name, backend in BACKENDS.items() if backend.installed()]
+    versions = ', '.join(f'{BACKENDS[name].package} {metadata.version(BACKENDS[name].package)}'
+                         for name in backends)
+    started, load_before = time.perf_counter(), os.getloadavg()
+    rows, notes = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for set_name in args.sets:
+            spec = dict(SETS[set_name])
+            spec['images'] = max(1, int(spec['images'] * args.scale))
+            gt, results = make_dataset(np.random.default_rng(0), **spec)
+            gt_path, results_path = Path(tmp) / 'gt.json', Path(tmp) / 'results.json'
+            gt_path.write_text(json.dumps(gt))
+            results_path.write_text(json.dumps(results))
+            label = (f'{set_name}: {spec["images"]} images, {len(gt["annotations"])} ground '
+                     f'truth, {len(results)} detections')
+            for iou_type in ('bbox', 'segm'):
+                measured = {name: run_child(name, gt_path, results_path, iou_type)
+                            for name in backends}
+                reference = np.asarray(measured['pycocotools']['stats'])
+                for name in backends:
+                    got = measured[name]
+                    stats = np.asarray(got['stats'])
+                    same = [round(v, 3) for v in stats] == [round(v, 3) for v in reference]
+                    rows.append(
+                        f'| {label} | {iou_type} | {name} | {got["eval_wall"]:.2f} | '
+                        f'{got["eval_cpu"]:.2f} | '
+                        f'{measured["pycocotools"]["eval_wall"] / got["eval_wall"]:.1f}x | '
+                        f'{got["load_wall"]:.2f} | {got["peak_mib"]:.0f} '
+                        f'(+{max(0.0, got["peak_mib"] - got["before_mib"]):.0f}) | '
+                        f'{"yes" if same else "NO"} | '
+                        f'{float(np.max(np.abs(stats - reference))):.1e} |')
+                    label = ''
+    load_after = os.getloadavg()
     lines = [
-        '# COCO evaluation: pycocotools vs faster-coco-eval', '',
-        f'Command: `PYTHONPATH=. python3 benchmarks/coco_eval_speed.py --images {args.images} '
-        f'--dets {args.dets}` (faster-coco-eval {faster_coco_eval.__version__} in a venv with '
-        'the system site packages).', '',
-        f'Machine: {platform.machine()}, {os.cpu_count()} CPUs, 1-minute load average '
-        f'{load_before[0]:.1f} before the runs (shared with other work: times are noisy; each '
-        'evaluation runs once, the two evaluators one after the other).', '',
-        f'{args.images} images of {args.width}x{args.height}, {len(gt["annotations"])} ground '
-        f'truth instances, {len(results)} detections ({args.dets} per image).', '',
-        '| iouType | pycocotools COCOeval, s | faster-coco-eval, s | speed-up | '
-        'all 12 stats equal | printed summaries equal |',
-        '|---|---:|---:|---:|---|---|',
+        '# COCO evaluation: every backend of RLECocoMetric side by side (issue 54)', '',
+        f'Command: `PYTHONPATH=. python3 benchmarks/coco_eval_speed.py'
+        f'{" --sets " + " ".join(repr(s) for s in args.sets) if args.sets != list(SETS) else ""}'
+        f'{f" --scale {args.scale}" if args.scale != 1 else ""}` '
+        f'({time.perf_counter() - started:.0f} s wall).', '',
+        f'Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python '
+        f'{platform.python_version()}; {versions}. Load average (1, 5, 15 min) before: '
+        f'{", ".join(f"{v:.2f}" for v in load_before)}; after: '
+        f'{", ".join(f"{v:.2f}" for v in load_after)}.', '',
+        'Each evaluation runs once, in a process of its own, the backends one after the other '
+        'on the same files. "evaluate": construction, `evaluate`, `accumulate`, `summarize` '
+        '(wall and CPU seconds of every thread); "loadRes": pycocotools\' `loadRes` before it '
+        '(the same code for every backend); peak RSS: the process\'s, imports and loading '
+        'included (in brackets: above its RSS when the evaluation started). '
+        '"reported": the 12 statistics rounded to 3 decimals, as CocoMetric reports them, equal '
+        'to pycocotools\'; then the largest difference unrounded.', '',
+        '| set | iouType | backend | evaluate s | evaluate CPU s | speed-up | loadRes s | '
+        'peak RSS MiB | reported = pycocotools | max abs diff |',
+        '|---|---|---|---:|---:|---:|---:|---:|---|---:|',
+        *rows, *notes,
     ]
-    for iou_type in ('bbox', 'segm'):
-        ours = evaluate(COCO, COCOeval, gt, results, iou_type)
-        faster = evaluate(FasterCOCO, COCOeval_faster, gt, results, iou_type)
-        same_stats = bool(np.array_equal(ours[0], faster[0]))
-        printed_ours = [line.split('=')[-1].strip() for line in ours[1]]
-        printed_faster = [f'{value:0.3f}' for value in faster[0]]
-        lines.append(f'| {iou_type} | {ours[2]:.1f} | {faster[2]:.1f} | '
-                     f'{ours[2] / faster[2]:.1f}x | {same_stats} | '
-                     f'{printed_ours == printed_faster} |')
-        if not same_stats:
-            diff = np.abs(ours[0] - faster[0])
-            lines.append(f'|  | largest difference {diff.max():.2e} at stat {int(diff.argmax())} '
-                         '|  |  |  |  |')
-    write_report(args.out, lines) if args.out else print('\n'.join(lines))
+    if args.out:
+        write_report(args.out, lines)
+    else:
+        print('\n'.join(lines))
 
 
 if __name__ == '__main__':

@@ -157,29 +157,6 @@ def test_config_example_builds_the_head_and_the_metric(toy_coco_root):
         assert type(METRICS.build({**evaluator, 'ann_file': ann_file})) is RLECocoMetric
 
 
-def test_faster_coco_eval_backend_reports_pycocotools_numbers(toy_coco_root):
-    """The opt-in faster-coco-eval backend: every reported number (the per-class ones too) is
-    CocoMetric's with pycocotools; mmdet's own evaluator is back in place afterwards."""
-    pytest.importorskip('faster_coco_eval', reason='tools/install_deps.sh installs it')
-    import mmdet.evaluation.metrics.coco_metric as coco_metric_module
-    original = coco_metric_module.COCOeval
-    ann_file = str(toy_coco_root / 'annotations' / 'instances_val.json')
-    coco = COCO(ann_file)
-    samples = _noisy_predictions(coco, np.random.default_rng(2))
-    classes = tuple(c['name'] for c in coco.loadCats(coco.getCatIds()))
-    numbers = []
-    for metric in (CocoMetric(ann_file=ann_file, metric=['bbox', 'segm'], classwise=True),
-                   RLECocoMetric(ann_file=ann_file, metric=['bbox', 'segm'], classwise=True,
-                                 cocoeval_backend='faster_coco_eval')):
-        metric.dataset_meta = dict(classes=classes)
-        metric.process({}, copy.deepcopy(samples))
-        numbers.append(metric.evaluate(len(samples)))
-    assert numbers[0] == numbers[1]
-    assert any(key.endswith('_precision') for key in numbers[0])  # the per-class numbers
-    assert numbers[0]['coco/segm_mAP'] > 0.1
-    assert coco_metric_module.COCOeval is original
-
-
 def test_cocoeval_backend_refuses_what_it_cannot_do(toy_coco_root):
     ann_file = str(toy_coco_root / 'annotations' / 'instances_val.json')
     with pytest.raises(ValueError, match='cocoeval_backend must be one of'):

@@ -31,6 +31,7 @@ IOU_THRESHOLDS = np.linspace(.5, 0.95, int(np.round((0.95 - .5) / .05)) + 1, end
 # (height, width): small, medium and large objects fit
 _SIZES = ((96, 128), (200, 150), (240, 320))
 _CATEGORIES = (1, 2, 3, 5, 7)  # 5: never detected; 7: detected, never in the ground truth
+_UNDETECTED = 5
 
 
 def _star(rng: np.random.Generator, height: int, width: int, radius: float) -> list:
@@ -94,7 +95,8 @@ def parity_case(seed: int = 0, images: int = 16) -> dict:
             shapes.append((polygon, category))
         if img_id % 7 == 3:
             continue  # an image without detections
-        detections = [(polygon, category) for polygon, category in shapes if rng.random() < 0.8]
+        detections = [(polygon, category) for polygon, category in shapes
+                      if rng.random() < 0.8 and category != _UNDETECTED]
         detections = [(_shifted(polygon, rng, 0.15), category) for polygon, category in detections]
         matched = len(detections)
         for _ in range(100 if crowded else int(rng.integers(0, 8))):
