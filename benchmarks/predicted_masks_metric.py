@@ -22,7 +22,8 @@ Stages, per image then summed over the set:
   both sides, since mmdet's metric holds RLEs after ``process`` too), pickled and unpickled once;
 - **evaluate**: ``compute_metrics`` (results to json, loadRes, COCOeval or LVISEval, bbox and segm)
   with pycocotools (both), mmdet's ``use_mp_eval=True`` (COCOevalMP: processes over
-  the CPUs) and ours with ``cocoeval_backend='faster_coco_eval'`` where that package is installed.
+  the CPUs) and ours with pycocotools and with its default, ``cocoeval_backend='auto'`` (the
+  fastest installed backend that agrees with pycocotools).
 
 Paste and encode run in a fresh process per path, 1 torch thread (both sides; mmdet's many small
 per-box ops oversubscribe a busy machine at 2), and report the peak RSS rise over the loop (Linux
@@ -175,13 +176,11 @@ def evaluators(family: str) -> dict:
         return {'mmdet LVISMetric': ('mmdet', {}), 'RLELVISMetric': ('ours', {})}
     choices = {'mmdet CocoMetric (pycocotools)': ('mmdet', {}),
                'mmdet CocoMetric use_mp_eval=True': ('mmdet', dict(use_mp_eval=True)),
-               'RLECocoMetric (pycocotools)': ('ours', {})}
-    try:
-        import faster_coco_eval  # noqa: F401
-        choices['RLECocoMetric faster_coco_eval'] = (
-            'ours', dict(cocoeval_backend='faster_coco_eval'))
-    except ImportError:
-        pass
+               'RLECocoMetric (pycocotools)': ('ours', dict(cocoeval_backend='pycocotools'))}
+    from mmdet_ext.evaluation.cocoeval_backend import resolve_backend
+    with contextlib.redirect_stdout(io.StringIO()):
+        chosen = resolve_backend('auto', use_mp_eval=False).name
+    choices[f"RLECocoMetric cocoeval_backend='auto' ({chosen})"] = ('ours', {})
     return choices
 
 

@@ -241,3 +241,65 @@ def test_one_pass_json_dump_writes_what_mmengine_writes(tmp_path):
     # Other formats and file objects are mmengine's own dump.
     dump_json_in_one_pass(obj[0]['ids'], str(tmp_path / 'ids.pkl'))
     assert (tmp_path / 'ids.pkl').read_bytes() == dump(obj[0]['ids'], file_format='pkl')
+
+
+# The peak memory of the test-time masks of one image above what the process held before
+# (Linux VmHWM reset through /proc/self/clear_refs), in a fresh process: 1,000 detections at
+# 1333x800, through the head's paste and the metric's process. Ours holds the RLEs and the
+# head's per-thread scratch; mmdet's head makes the full-size masks (1,000 x 1333 x 800 bytes).
+_MEMORY_PROBE = r'''
+import re, sys
+from pathlib import Path
+import numpy as np, torch
+from mmengine.config import ConfigDict
+from mmengine.structures import InstanceData
+import mmdet_ext
+from mmdet.models.roi_heads.mask_heads import FCNMaskHead
+from mmdet_ext import RLECocoMetric, RLEFCNMaskHead
+torch.set_num_threads(1)
+def hwm(field):
+    return int(re.search(field + r':\s+(\d+)', Path('/proc/self/status').read_text()).group(1))
+head = (RLEFCNMaskHead if sys.argv[1] == 'ours' else FCNMaskHead)(
+    num_convs=0, num_classes=3, in_channels=4, conv_out_channels=4, class_agnostic=True)
+metric = RLECocoMetric(ann_file=sys.argv[2], metric=['segm'])
+rng = np.random.default_rng(0)
+height, width, count = 800, 1333, 1000
+x1, y1 = rng.uniform(0, width - 40, count), rng.uniform(0, height - 40, count)
+w, h = rng.uniform(20, 0.5 * width, count), rng.uniform(20, 0.5 * height, count)
+boxes = torch.from_numpy(np.stack([x1, y1, np.minimum(x1 + w, width),
+                                   np.minimum(y1 + h, height)], 1)).float()
+yy, xx = np.mgrid[0:28, 0:28] / 27.0 - 0.5
+logits = torch.from_numpy(8 - 30 * (xx ** 2 + yy ** 2) + rng.normal(0, 1, (count, 1, 1, 1))).float()
+meta = dict(ori_shape=(height, width), img_shape=(height, width), scale_factor=(1.0, 1.0))
+def run(n):
+    results = InstanceData(bboxes=boxes[:n].clone(), labels=torch.zeros(n, dtype=torch.long),
+                           scores=torch.linspace(1, 0.1, n))
+    masks = head.predict_by_feat((logits[:n], ), [results], [meta],
+                                 ConfigDict(mask_thr_binary=0.5), rescale=True)[0]
+    metric.process({}, [dict(img_id=1, ori_shape=(height, width), pred_instances=masks)])
+run(10)  # imports, pools, first allocations
+before = hwm('VmRSS')
+Path('/proc/self/clear_refs').write_text('5')
+run(count)
+print((hwm('VmHWM') - before) / 1024)
+'''
+
+TEST_TIME_MASK_BOUND_MIB = 64
+
+
+@pytest.mark.skipif(not Path('/proc/self/clear_refs').exists(), reason='Linux peak RSS reset')
+def test_test_time_masks_of_1000_detections_stay_under_the_bound(toy_coco_root):
+    """1,000 detections on a 1333x800 image: RLEFCNMaskHead + RLECocoMetric.process peak under
+    TEST_TIME_MASK_BOUND_MIB above the process's memory before; the same probe sees mmdet's
+    FCNMaskHead make its full-size masks (1,017 MiB), so it can see a breach."""
+    import subprocess
+    import sys
+    ann_file = str(toy_coco_root / 'annotations' / 'instances_val.json')
+    peaks = {}
+    for side in ('ours', 'mmdet'):
+        output = subprocess.run([sys.executable, '-c', _MEMORY_PROBE, side, ann_file],
+                                check=True, capture_output=True, text=True, cwd=REPO).stdout
+        peaks[side] = float(output.strip().splitlines()[-1])
+    assert peaks['ours'] < TEST_TIME_MASK_BOUND_MIB, peaks
+    full_size_mib = 1000 * 1333 * 800 / 2 ** 20
+    assert peaks['mmdet'] > 0.9 * full_size_mib, peaks
