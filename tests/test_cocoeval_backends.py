@@ -246,3 +246,41 @@ def test_check_backend_refuses_what_it_cannot_do():
 def test_parity_case_is_the_same_for_a_seed():
     assert parity_case(3, images=6) == parity_case(3, images=6)
     assert cocoeval_parity.parity_case(3, images=6) != parity_case(4, images=6)
+
+
+# LVIS: hotcoco's LVISEval under lvis' own summary, against the lvis package's LVISEval
+
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_hotcoco_lvis_reports_what_lvis_reports(seed):
+    """bbox, segm, and segm results with their boxes (as mmdet's LVISMetric writes them: lvis
+    then takes the box's area); negative and not-exhaustive categories, all frequencies."""
+    pytest.importorskip('lvis', reason='tools/install_deps.sh installs it')
+    backend = cocoeval_backend.LVIS_BACKENDS['hotcoco']
+    if not backend.installed():
+        pytest.skip('hotcoco is not installed (tools/install_deps.sh installs it)')
+    case = cocoeval_parity.lvis_parity_case(seed, images=16 + 12 * seed)
+    images = case['gt']['images']
+    assert any(image['neg_category_ids'] for image in images)
+    assert any(image['not_exhaustive_category_ids'] for image in images)
+    assert {c['frequency'] for c in case['gt']['categories']} == {'r', 'c', 'f'}
+    assert cocoeval_parity.check_lvis_parity(backend.evaluator, case) is None
+
+
+def test_an_lvis_backend_that_disagrees_is_never_used(capfd):
+    pytest.importorskip('lvis', reason='tools/install_deps.sh installs it')
+    good = cocoeval_backend.LVIS_BACKENDS['hotcoco']
+    if not good.installed():
+        pytest.skip('hotcoco is not installed (tools/install_deps.sh installs it)')
+
+    class Wrong(good.evaluator):
+        def accumulate(self):
+            super().accumulate()
+            precision = self.eval['precision']
+            precision[np.unravel_index(np.argmax(precision), precision.shape)] -= 1e-9
+
+    bad = cocoeval_backend.LVISBackend('wrong', 'hotcoco', 'hotcoco', lambda: Wrong)
+    assert cocoeval_backend.auto_lvis_backend((bad, good)) is good
+    assert cocoeval_backend.auto_lvis_backend((bad, )) is cocoeval_backend.LVIS_BACKENDS['lvis']
+    log = capfd.readouterr()
+    assert 'passed over wrong: disagrees with lvis' in log.out + log.err
+    assert not hasattr(np, 'float')  # the check's alias for lvis' own accumulate is gone again

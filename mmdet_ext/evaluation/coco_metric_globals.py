@@ -9,21 +9,22 @@ import contextlib
 import importlib
 import threading
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # LVIS replaces names in two modules, one block in the other
 
 
 @contextlib.contextmanager
-def replaced_coco_metric_globals(required: dict, optional: dict):
-    """Within the block, mmdet's ``coco_metric`` module sees the given names.
+def replaced_coco_metric_globals(required: dict, optional: dict, module: str = 'coco_metric'):
+    """Within the block, mmdet's ``coco_metric`` module (or ``module`` of
+    ``mmdet.evaluation.metrics``) sees the given names.
 
     ``required``: a RuntimeError if the module has no such name (a fork that builds its evaluator
     differently); ``optional``: such a name is left alone (the speed-up is lost, nothing else).
     """
-    module = importlib.import_module('mmdet.evaluation.metrics.coco_metric')
+    module = importlib.import_module(f'mmdet.evaluation.metrics.{module}')
     missing = [name for name in required if not hasattr(module, name)]
     if missing:
         raise RuntimeError(f'{module.__file__} has no {", ".join(missing)} to replace: this mmdet '
-                           "computes COCO metrics differently; use cocoeval_backend='pycocotools'")
+                           "evaluates differently; leave cocoeval_backend='auto' (its own evaluator)")
     replacements = {**{k: v for k, v in optional.items() if hasattr(module, k)}, **required}
     with _LOCK:
         originals = {name: getattr(module, name) for name in replacements}

@@ -28,7 +28,7 @@ import numpy as np
 from mmengine.logging import print_log
 from pycocotools.cocoeval import COCOeval, Params
 
-from .cocoeval_parity import check_parity
+from .cocoeval_parity import check_lvis_parity, check_parity
 
 
 class TablesFromPackage:
@@ -261,6 +261,105 @@ FASTEST_FIRST = ('ultrafast_pycocotools', 'hotcoco', 'vernier', 'faster_coco_eva
 CHOICES = ('auto', *BACKENDS)
 
 
+# LVIS: the lvis package's LVISEval is mmdet's (and the reference); hotcoco has one of its own.
+
+@functools.lru_cache(maxsize=None)
+def hotcoco_lvis_eval() -> type:
+    """An ``lvis.LVISEval`` whose ``evaluate`` and ``accumulate`` are hotcoco's ``LVISEval``
+    (on hotcoco objects built from the datasets, the results without the boxes and areas
+    ``LVISResults`` added, which hotcoco would read instead of the masks'); its summary,
+    results and printed table are the lvis package's own code (which runs on numpy 2: only
+    lvis' ``accumulate`` uses the removed ``np.float``). The params are lvis', so the camelCase
+    names mmdet sets on them (``imgIds``, and ``useCats``/``maxDets`` for proposals) are
+    ignored as lvis ignores them."""
+    from lvis import LVISEval
+
+    class HotcocoLVISEval(LVISEval):
+        package = 'hotcoco'
+
+        def evaluate(self) -> None:
+            import hotcoco
+
+            self.freq_groups = self._prepare_freq_group()
+            params = self.params
+            params.img_ids = [int(i) for i in np.unique(params.img_ids)]
+            gt = hotcoco.LVIS(_plain_dataset(self.lvis_gt))
+            dt = hotcoco.LVISResults(gt, [_as_given(a, params.iou_type) for a in
+                                          self.lvis_dt.dataset.get('annotations', [])],
+                                     max_dets=params.max_dets)
+            evaluator = hotcoco.LVISEval(gt, dt, params.iou_type)
+            evaluator.params.img_ids = list(params.img_ids)
+            evaluator.params.cat_ids = list(params.cat_ids)
+            evaluator.params.iou_thrs = [float(t) for t in params.iou_thrs]
+            evaluator.params.max_dets = [int(params.max_dets)]
+            evaluator.params.use_cats = bool(params.use_cats)
+            evaluator.evaluate()
+            evaluator.accumulate()
+            self._tables = tuple(np.asarray(evaluator.eval[key], dtype=np.float64)
+                                 for key in ('precision', 'recall'))
+            self.eval_imgs = [None]  # lvis' accumulate warns without it
+
+        def accumulate(self) -> None:
+            precision, recall = self._tables  # (T, R, K, A, 1) and (T, K, A, 1)
+            self.eval = dict(params=self.params, counts=list(precision.shape[:4]),
+                             date=datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S'),
+                             precision=precision.reshape(precision.shape[:4]),
+                             recall=recall.reshape(recall.shape[:3]))
+
+    return HotcocoLVISEval
+
+
+def _as_given(annotation: dict, iou_type: str) -> dict:
+    """A result as it was before lvis' ``LVISResults`` added its ``id``, ``area`` and (segm)
+    ``bbox``, which hotcoco's ``LVISResults`` makes again by lvis' rule: a result with a box
+    takes the box's area, a segm result without one its mask's. A segm result whose area is
+    its box's is given with its box (either it had one, or its mask's area is its box's)."""
+    plain = {key: value for key, value in _plain(annotation).items() if key not in ('id', 'area')}
+    if iou_type == 'segm':
+        _, _, width, height = plain['bbox']
+        if float(annotation['area']) != width * height:
+            del plain['bbox']
+    return plain
+
+
+@dataclass(frozen=True)
+class LVISBackend:
+    """An LVIS evaluator package and its ``LVISEval`` (made on first use: lvis is optional)."""
+    name: str
+    package: str
+    module: str
+    make: Callable[[], type]
+
+    def installed(self) -> bool:
+        return all(importlib.util.find_spec(module) is not None
+                   for module in (self.module, 'lvis'))
+
+    @property
+    def evaluator(self) -> type:
+        return self.make()
+
+
+def _lvis_eval() -> type:
+    from lvis import LVISEval
+    return LVISEval
+
+
+LVIS_BACKENDS = {backend.name: backend for backend in (
+    LVISBackend('lvis', 'lvis', 'lvis', _lvis_eval),
+    LVISBackend('hotcoco', 'hotcoco', 'hotcoco', hotcoco_lvis_eval),
+)}
+LVIS_CHOICES = ('auto', *LVIS_BACKENDS)
+
+
+@functools.lru_cache(maxsize=None)
+def auto_lvis_backend(candidates: Optional[tuple] = None) -> LVISBackend:
+    """As ``auto_backend``, for ``RLELVISMetric``: the first of ``candidates`` (default:
+    hotcoco) installed and agreeing with the lvis package's ``LVISEval`` on
+    ``check_lvis_parity``, else the lvis package's."""
+    candidates = (LVIS_BACKENDS['hotcoco'], ) if candidates is None else candidates
+    return _first_that_agrees(candidates, LVIS_BACKENDS['lvis'], check_lvis_parity, 'LVISEval')
+
+
 def check_backend(backend: str, use_mp_eval: bool) -> None:
     """Raises for an unknown backend, a missing package, or a combination mmdet would ignore."""
     if backend not in CHOICES:
@@ -278,26 +377,30 @@ def check_backend(backend: str, use_mp_eval: bool) -> None:
 @functools.lru_cache(maxsize=None)
 def auto_backend(candidates: Optional[tuple] = None) -> 'Backend':
     """The first of ``candidates`` (``Backend``s; default: ``FASTEST_FIRST``) that is installed
-    and agrees with pycocotools on the built-in parity check, else 'pycocotools'; logged once
-    per process, with why each earlier one was not taken."""
+    and agrees with pycocotools on the built-in parity check, else pycocotools; logged once per
+    process, with why each earlier one was not taken."""
     if candidates is None:
         candidates = tuple(BACKENDS[name] for name in FASTEST_FIRST)
+    return _first_that_agrees(candidates, BACKENDS['pycocotools'], check_parity, 'COCOeval')
+
+
+def _first_that_agrees(candidates: tuple, reference, check: Callable, kind: str):
     passed_over = []
-    chosen = BACKENDS['pycocotools']
+    chosen = reference
     for backend in candidates:
         if not backend.installed():
             passed_over.append(f'{backend.name}: not installed')
             continue
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')
-            problem = check_parity(backend.evaluator)
+            problem = check(backend.evaluator)
         if problem is None:
             chosen = backend
             break
-        passed_over.append(f'{backend.name}: disagrees with pycocotools ({problem})')
-    why = ('it agrees with pycocotools on the built-in parity check and is the fastest of those '
-           'installed' if chosen.name != 'pycocotools' else
-           'no faster backend is installed and agrees')
+        passed_over.append(f'{backend.name}: disagrees with {reference.name} ({problem})')
+    why = (f'it agrees with {reference.name} on the built-in parity check and is the fastest of '
+           'those installed' if chosen is not reference else
+           f'no faster {kind} is installed and agrees')
     print_log(f"cocoeval_backend='auto': evaluating with {chosen.name} ({why})"
               + ''.join(f'; passed over {line}' for line in passed_over),
               logger='current')
@@ -315,6 +418,24 @@ def resolve_backend(backend: str, use_mp_eval: bool) -> Backend:
                   'evaluating with its own')
         return BACKENDS['pycocotools']
     return auto_backend()
+
+
+def resolve_lvis_backend(backend: str) -> LVISBackend:
+    """``RLELVISMetric``'s evaluator: ``backend``, or what 'auto' chose (the lvis package's where
+    this mmdet reaches its evaluator otherwise than through ``lvis_metric.LVISEval``)."""
+    if backend not in LVIS_CHOICES:
+        raise ValueError(f'cocoeval_backend must be one of {LVIS_CHOICES}, got {backend!r}')
+    if backend != 'auto':
+        if not LVIS_BACKENDS[backend].installed():
+            raise ImportError(f'cocoeval_backend={backend!r} needs the lvis and '
+                              f'{LVIS_BACKENDS[backend].package} packages')
+        return LVIS_BACKENDS[backend]
+    if getattr(importlib.import_module('mmdet.evaluation.metrics.lvis_metric'), 'LVISEval',
+               None) is None:
+        _log_once("cocoeval_backend='auto': this mmdet's lvis_metric has no LVISEval to "
+                  'replace; evaluating with its own')
+        return LVIS_BACKENDS['lvis']
+    return auto_lvis_backend()
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,6 +15,8 @@ process (``cocoeval_backend.py``); tests/test_cocoeval_backends.py runs it on mo
 import contextlib
 import copy
 import io
+import json
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -190,22 +192,22 @@ def _without_timings(text: str) -> str:
                      if line.startswith(' Average '))
 
 
-def disagreement(reference: Outcome, got: Outcome) -> Optional[str]:
-    """Why ``got`` is not what pycocotools reported (``reference``), or None when it is."""
+def disagreement(reference: Outcome, got: Outcome, name: str = 'pycocotools') -> Optional[str]:
+    """Why ``got`` is not what ``name`` reported (``reference``), or None when it is."""
     if got.printed != reference.printed:
-        return f'its printed summary differs:\n{got.printed}\npycocotools:\n{reference.printed}'
+        return f'its printed summary differs:\n{got.printed}\n{name}:\n{reference.printed}'
     if got.stats.shape != reference.stats.shape or got.reported() != reference.reported():
-        return f'its statistics {got.reported()} are not pycocotools\' {reference.reported()}'
+        return f'its statistics {got.reported()} are not {name}\'s {reference.reported()}'
     if got.precision.shape != reference.precision.shape:
-        return (f'its precision table is {got.precision.shape}, pycocotools\' '
+        return (f'its precision table is {got.precision.shape}, {name}\'s '
                 f'{reference.precision.shape}')
     if got.per_category() != reference.per_category():
-        return (f'its per-category AP {got.per_category()} is not pycocotools\' '
+        return (f'its per-category AP {got.per_category()} is not {name}\'s '
                 f'{reference.per_category()}')
     worst = max(float(np.max(np.abs(got.stats - reference.stats), initial=0.0)),
                 float(np.max(np.abs(got.precision - reference.precision), initial=0.0)))
     if not worst <= TOLERANCE:
-        return f'its unrounded numbers differ from pycocotools\' by up to {worst:.3g}'
+        return f'its unrounded numbers differ from {name}\'s by up to {worst:.3g}'
     return None
 
 
@@ -231,4 +233,93 @@ def check_parity(evaluator: type, case: Optional[dict] = None,
         problem = disagreement(reference, got)
         if problem is not None:
             return f'{iou_type} {kwargs or "(CocoMetric settings)"}: {problem}'
+    return None
+
+
+# LVIS: the lvis package's LVISEval (mmdet's LVISMetric) is the reference.
+
+def lvis_parity_case(seed: int = 0, images: int = 16) -> dict:
+    """``parity_case`` as an LVIS v1 set: no crowd regions or ``ignore`` flags (LVIS has none),
+    categories of each frequency, images with negative and not-exhaustive categories (the
+    federated rules)."""
+    case = parity_case(seed, images)
+    gt = case['gt']
+    annotated: dict = {}
+    for annotation in gt['annotations']:
+        annotated.setdefault(annotation['image_id'], set()).add(annotation['category_id'])
+    images_ = []
+    for position, image in enumerate(gt['images']):
+        present = sorted(annotated.get(image['id'], set()))
+        absent = [c['id'] for c in gt['categories'] if c['id'] not in present]
+        images_.append({**image, 'neg_category_ids': absent[:position % 3],
+                        'not_exhaustive_category_ids': present[:int(position % 4 == 1)]})
+    annotations = [{key: value for key, value in a.items() if key != 'ignore'}
+                   for a in gt['annotations'] if not a['iscrowd']]
+    categories = [{**c, 'frequency': 'rcf'[i % 3], 'synset': f'category_{c["id"]}.n.01'}
+                  for i, c in enumerate(gt['categories'])]
+    # mmdet's LVISMetric gives segm results with their boxes (lvis then takes the box's area)
+    boxed = [{**segm, 'bbox': box['bbox']} for box, segm in zip(case['bbox'], case['segm'])]
+    return dict(gt=dict(images=images_, annotations=annotations, categories=categories),
+                bbox=case['bbox'], segm=case['segm'], segm_with_boxes=boxed)
+
+
+@contextlib.contextmanager
+def _numpy_float_alias():
+    """lvis 0.5.3 (PyPI's latest) accumulates with ``np.float``, which numpy 1.24 removed: the
+    alias, for the reference's run only, where numpy lacks it (removed again after)."""
+    added = not hasattr(np, 'float')
+    if added:
+        np.float = float
+    try:
+        yield
+    finally:
+        if added:
+            del np.float
+
+
+def evaluate_lvis(evaluator: type, gt_path: str, results: list, iou_type: str) -> Outcome:
+    """``evaluator`` run as mmdet's ``LVISMetric.compute_metrics`` runs ``LVISEval``
+    (``LVISResults`` of the results, 300 a image)."""
+    from lvis import LVIS, LVISResults
+
+    with contextlib.redirect_stdout(io.StringIO()) as printed, warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        gt = LVIS(gt_path)
+        lvis_eval = evaluator(gt, LVISResults(gt, copy.deepcopy(results)), iou_type)
+        lvis_eval.evaluate()
+        lvis_eval.accumulate()
+        lvis_eval.summarize()
+        printed.seek(0)
+        printed.truncate()
+        lvis_eval.print_results()
+    results = lvis_eval.get_results()
+    precision = np.asarray(lvis_eval.eval['precision'], dtype=np.float64)
+    return Outcome(np.asarray([results[key] for key in sorted(results)], dtype=np.float64),
+                   precision.reshape(precision.shape[:4] + (1, )), printed.getvalue())
+
+
+def check_lvis_parity(evaluator: type, case: Optional[dict] = None) -> Optional[str]:
+    """None when ``evaluator`` (an ``LVISEval``) agrees with the lvis package's on ``case``
+    (``lvis_parity_case()``): bbox, and segm results without and with their boxes; else what it
+    got wrong, or the error it raised."""
+    import tempfile
+
+    from lvis import LVISEval
+
+    case = lvis_parity_case() if case is None else case
+    with tempfile.TemporaryDirectory() as folder:
+        gt_path = f'{folder}/lvis.json'
+        with open(gt_path, 'w') as f:
+            json.dump(case['gt'], f)
+        for results in ('bbox', 'segm', 'segm_with_boxes'):
+            iou_type = results[:4]
+            with _numpy_float_alias():
+                reference = evaluate_lvis(LVISEval, gt_path, case[results], iou_type)
+            try:
+                got = evaluate_lvis(evaluator, gt_path, case[results], iou_type)
+            except Exception as err:  # noqa: BLE001  a backend that fails is a backend not used
+                return f'LVIS {results}: {type(err).__name__}: {err}'
+            problem = disagreement(reference, got, 'lvis')
+            if problem is not None:
+                return f'LVIS {results}: {problem}'
     return None
