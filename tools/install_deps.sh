@@ -33,14 +33,9 @@ pip_install "torch==2.13.0"
 # One cv2 distribution only: mmengine requires opencv-python, pinned to 4.x (mmcv 2.1 predates 5.x).
 pip_install "setuptools<82" wheel ninja "numpy<2.3" "opencv-python==4.11.0.86" "mmengine==0.10.7" \
   pycocotools psutil pytest hypothesis matplotlib packaging Pillow build
-# lvis: the reference for tests/test_lazy_lvis_dataset.py (mmdet's LVISV1Dataset imports it); its
-# requirements are the above plus Cython, no torch.
-pip_install "lvis==0.5.3"
-# The COCO evaluator backends RLECocoMetric's cocoeval_backend takes ('auto' the fastest that
-# agrees with pycocotools), each held to the parity suite (tests/test_cocoeval_backends.py):
-# numpy is their only requirement but vernier's pyarrow; none pulls torch.
-pip_install "faster-coco-eval==1.8.0" "hotcoco==1.3.0" "ultrafast-pycocotools==0.1.14" \
-  "vernier==0.5.4"
+# lvis (also the reference for tests/test_lazy_lvis_dataset.py: mmdet's LVISV1Dataset imports it)
+# and the COCO/LVIS evaluator backends, each held to the parity suite: tools/evaluators.txt.
+pip_install -r "$repo_root/tools/evaluators.txt"
 
 # 3. mmcv 2.1.0 with compiled CPU ops, built from source once and cached as a wheel.
 #    Its setup.py imports pkg_resources (setuptools<82) and needs the installed torch (no isolation).

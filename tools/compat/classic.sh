@@ -56,6 +56,7 @@ PINS
   compat_timed tools compat_pip "$py" install --quiet "setuptools<82" wheel ninja build \
     "opencv-python==4.11.0.86" "mmengine==0.10.7" pycocotools psutil pytest hypothesis \
     matplotlib packaging Pillow
+  compat_timed evaluators compat_pip "$py" install --quiet -r "$COMPAT_REPO/tools/evaluators.txt"
   if ! "$py" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '2.1.0'" 2>/dev/null; then
     if ! ls "$wheel_dir"/mmcv-2.1.0-*.whl >/dev/null 2>&1; then
       compat_timed mmcv-build build_mmcv

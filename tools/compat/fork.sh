@@ -61,6 +61,7 @@ step_mmdet() {
 
 step_tools() {
   pip_install pycocotools psutil pytest hypothesis build
+  pip_install -r "$repo_root/tools/evaluators.txt"
   if "$py" -c 'import torchvision' 2>/dev/null; then
     echo 'torchvision is installed in the fork venv; it breaks the Runner' >&2
     return 1
