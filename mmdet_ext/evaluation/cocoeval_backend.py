@@ -1,5 +1,5 @@
-"""Which COCO evaluator ``RLECocoMetric`` runs: pycocotools' (mmdet's) or a faster package that
-reports the same numbers.
+"""Which evaluator ``RLECocoMetric`` (``RLELVISMetric``) runs: pycocotools' (the lvis package's),
+as mmdet's metrics do, or a faster package that reports the same numbers.
 
 Each faster backend is a ``COCOeval`` to mmdet: constructed with mmdet's ``COCO`` objects, its
 ``params`` set as ``CocoMetric`` sets them, then ``evaluate``, ``accumulate``, ``summarize``. The
@@ -11,7 +11,7 @@ table and ``stats`` follow pycocotools' rules whatever the package's own summary
 
 ``'auto'`` (the default) takes the fastest installed backend (``FASTEST_FIRST``, measured in
 benchmarks/results/cocoeval_backends.md) that agrees with pycocotools on the built-in parity
-check (``cocoeval_parity.check_parity``, about a second, once per process), else pycocotools;
+check (``cocoeval_parity.check_parity``, under a second, once per process), else pycocotools;
 the log says which and why each faster one was passed over. A named backend is used as asked
 (tests/test_cocoeval_backends.py holds each to the full parity suite).
 """
@@ -32,7 +32,7 @@ from .cocoeval_parity import check_lvis_parity, check_parity
 
 
 class TablesFromPackage:
-    """A ``COCOeval`` whose ``evaluate`` and ``accumulate`` are another package's: ``_tables``
+    """A ``COCOeval`` whose ``evaluate`` and ``accumulate`` are another package's: ``tables``
     returns its precision, recall and scores tables (pycocotools' shapes) for ``params``; the
     rest (params, what is printed, ``eval``, ``summarize``) is pycocotools'."""
 
