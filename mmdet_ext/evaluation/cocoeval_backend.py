@@ -266,8 +266,8 @@ CHOICES = ('auto', *BACKENDS)
 @functools.lru_cache(maxsize=None)
 def hotcoco_lvis_eval() -> type:
     """An ``lvis.LVISEval`` whose ``evaluate`` and ``accumulate`` are hotcoco's ``LVISEval``
-    (on hotcoco objects built from the datasets, the results without the boxes and areas
-    ``LVISResults`` added, which hotcoco would read instead of the masks'); its summary,
+    (on hotcoco objects built from the datasets, each result as it was given, ``_as_given``);
+    its summary,
     results and printed table are the lvis package's own code (which runs on numpy 2: only
     lvis' ``accumulate`` uses the removed ``np.float``). The params are lvis', so the camelCase
     names mmdet sets on them (``imgIds``, and ``useCats``/``maxDets`` for proposals) are
