@@ -267,9 +267,9 @@ CHOICES = ('auto', *BACKENDS)
 def hotcoco_lvis_eval() -> type:
     """An ``lvis.LVISEval`` whose ``evaluate`` and ``accumulate`` are hotcoco's ``LVISEval``
     (on hotcoco objects built from the datasets, each result as it was given, ``_as_given``);
-    its summary,
-    results and printed table are the lvis package's own code (which runs on numpy 2: only
-    lvis' ``accumulate`` uses the removed ``np.float``). The params are lvis', so the camelCase
+    its summary, results and printed table are the lvis package's own code (which runs on
+    numpy 2: only lvis' ``accumulate`` uses the removed ``np.float``). The params are lvis', so
+    the camelCase
     names mmdet sets on them (``imgIds``, and ``useCats``/``maxDets`` for proposals) are
     ignored as lvis ignores them."""
     from lvis import LVISEval
