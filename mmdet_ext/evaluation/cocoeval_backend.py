@@ -269,9 +269,8 @@ def hotcoco_lvis_eval() -> type:
     (on hotcoco objects built from the datasets, each result as it was given, ``_as_given``);
     its summary, results and printed table are the lvis package's own code (which runs on
     numpy 2: only lvis' ``accumulate`` uses the removed ``np.float``). The params are lvis', so
-    the camelCase
-    names mmdet sets on them (``imgIds``, and ``useCats``/``maxDets`` for proposals) are
-    ignored as lvis ignores them."""
+    the camelCase names mmdet sets on them (``imgIds``, and ``useCats``/``maxDets`` for
+    proposals) are ignored as lvis ignores them."""
     from lvis import LVISEval
 
     class HotcocoLVISEval(LVISEval):
