@@ -6,13 +6,16 @@ The reference is pycocotools' ``COCOeval`` run as mmdet's ``CocoMetric`` runs it
 the same per-category AP, unrounded statistics and precision within 1e-12. tools/install_deps.sh
 installs every backend, so none is skipped in CI.
 """
+import contextlib
 import copy
 import json
+import logging
 
 import numpy as np
 import pytest
 import torch
 from mmdet.evaluation.metrics import CocoMetric
+from mmengine.logging import MMLogger
 from pycocotools.cocoeval import COCOeval
 
 from mmdet_ext import RLECocoMetric
@@ -119,6 +122,21 @@ def test_the_suite_fails_a_backend_that_takes_stats0_at_the_largest_max_dets(cas
     assert native.reported()[1:] == reference.reported()[1:]
 
 
+@contextlib.contextmanager
+def _logged():
+    """The messages logged through mmengine's current logger (where ``print_log(logger=
+    'current')`` writes) within the block."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+
+
 class _OffBy(FasterCocoEval):
     """faster-coco-eval's tables with one precision entry moved by ``delta``."""
     delta = 0.0
@@ -140,16 +158,16 @@ class _Visible(_OffBy):
 
 
 @pytest.mark.parametrize('wrong', [_Tiny, _Visible])
-def test_a_backend_that_disagrees_is_never_used(wrong, capfd):
+def test_a_backend_that_disagrees_is_never_used(wrong):
     """Forced to disagree by 1e-9 (below what is printed) or visibly, a backend is passed over
     by 'auto', and the log says why."""
     _installed('faster_coco_eval')
     bad = Backend(f'wrong by {wrong.delta}', 'faster-coco-eval', 'faster_coco_eval', wrong)
     good = BACKENDS['faster_coco_eval']
-    assert auto_backend((bad, good)) is good
-    assert auto_backend((bad, )) is BACKENDS['pycocotools']
-    log = capfd.readouterr()
-    text = log.out + log.err
+    with _logged() as messages:
+        assert auto_backend((bad, good)) is good
+        assert auto_backend((bad, )) is BACKENDS['pycocotools']
+    text = '\n'.join(messages)
     assert f'passed over wrong by {wrong.delta}: disagrees with pycocotools' in text
     assert "cocoeval_backend='auto': evaluating with pycocotools" in text
 
@@ -266,7 +284,7 @@ def test_hotcoco_lvis_reports_what_lvis_reports(seed):
     assert cocoeval_parity.check_lvis_parity(backend.evaluator, case) is None
 
 
-def test_an_lvis_backend_that_disagrees_is_never_used(capfd):
+def test_an_lvis_backend_that_disagrees_is_never_used():
     pytest.importorskip('lvis', reason='tools/install_deps.sh installs it')
     good = cocoeval_backend.LVIS_BACKENDS['hotcoco']
     if not good.installed():
@@ -279,8 +297,9 @@ def test_an_lvis_backend_that_disagrees_is_never_used(capfd):
             precision[np.unravel_index(np.argmax(precision), precision.shape)] -= 1e-9
 
     bad = cocoeval_backend.LVISBackend('wrong', 'hotcoco', 'hotcoco', lambda: Wrong)
-    assert cocoeval_backend.auto_lvis_backend((bad, good)) is good
-    assert cocoeval_backend.auto_lvis_backend((bad, )) is cocoeval_backend.LVIS_BACKENDS['lvis']
-    log = capfd.readouterr()
-    assert 'passed over wrong: disagrees with lvis' in log.out + log.err
+    with _logged() as messages:
+        assert cocoeval_backend.auto_lvis_backend((bad, good)) is good
+        assert cocoeval_backend.auto_lvis_backend((bad, )) is \
+            cocoeval_backend.LVIS_BACKENDS['lvis']
+    assert 'passed over wrong: disagrees with lvis' in '\n'.join(messages)
     assert not hasattr(np, 'float')  # the check's alias for lvis' own accumulate is gone again
