@@ -41,7 +41,8 @@ def star(rng, cx, cy, radius, points):
     return np.stack([cx + radii * np.cos(angles), cy + radii * np.sin(angles)], 1).ravel()
 
 
-def synthetic_images(rng, images: int, dets: int, height: int, width: int, gt_range: tuple):
+def synthetic_images(rng, images: int, dets: int, height: int, width: int,
+                     gt_range: tuple = (2, 13)):
     """Yields one image at a time: (image info, ground truth annotations, detections), the
     detections as Mask R-CNN's mask head has them: boxes [N, 4] xyxy float32, category ids,
     28x28 mask logits [N, 28, 28] float32, scores."""
@@ -79,12 +80,15 @@ def synthetic_images(rng, images: int, dets: int, height: int, width: int, gt_ra
         yield image, annotations, (boxes, labels, logits.astype(np.float32), scores)
 
 
+def categories() -> list:
+    return [dict(id=i + 1, name=f'c{i}') for i in range(80)]
+
+
 def make_dataset(rng, images: int, dets: int, height: int, width: int,
                  gt_range: tuple) -> tuple[dict, list]:
     """(ground truth json, detection results list); masks as COCO RLE made by
     ``paste_masks_to_rle``."""
-    gt = dict(images=[], annotations=[],
-              categories=[dict(id=i + 1, name=f'c{i}') for i in range(80)])
+    gt = dict(images=[], annotations=[], categories=categories())
     results = []
     for image, annotations, (boxes, labels, logits, scores) in synthetic_images(
             rng, images, dets, height, width, gt_range):
