@@ -6,18 +6,16 @@ The reference is pycocotools' ``COCOeval`` run as mmdet's ``CocoMetric`` runs it
 the same per-category AP, unrounded statistics and precision within 1e-12. tools/install_deps.sh
 installs every backend, so none is skipped in CI.
 """
-import contextlib
 import copy
 import json
-import logging
 
 import numpy as np
 import pytest
 import torch
 from mmdet.evaluation.metrics import CocoMetric
-from mmengine.logging import MMLogger
 from pycocotools.cocoeval import COCOeval
 
+from helpers.tiny_runner import record_mmengine_log
 from mmdet_ext import RLECocoMetric
 from mmdet_ext.evaluation import cocoeval_backend, cocoeval_parity
 from mmdet_ext.evaluation.cocoeval_backend import (BACKENDS, FASTEST_FIRST, Backend,
@@ -122,21 +120,6 @@ def test_the_suite_fails_a_backend_that_takes_stats0_at_the_largest_max_dets(cas
     assert native.reported()[1:] == reference.reported()[1:]
 
 
-@contextlib.contextmanager
-def _logged():
-    """The messages logged through mmengine's current logger (where ``print_log(logger=
-    'current')`` writes) within the block."""
-    records = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(handler)
-    try:
-        yield records
-    finally:
-        logger.removeHandler(handler)
-
-
 class _OffBy(FasterCocoEval):
     """faster-coco-eval's tables with one precision entry moved by ``delta``."""
     delta = 0.0
@@ -164,10 +147,10 @@ def test_a_backend_that_disagrees_is_never_used(wrong):
     _installed('faster_coco_eval')
     bad = Backend(f'wrong by {wrong.delta}', 'faster-coco-eval', 'faster_coco_eval', wrong)
     good = BACKENDS['faster_coco_eval']
-    with _logged() as messages:
+    with record_mmengine_log() as records:
         assert auto_backend((bad, good)) is good
         assert auto_backend((bad, )) is BACKENDS['pycocotools']
-    text = '\n'.join(messages)
+    text = '\n'.join(record.getMessage() for record in records)
     assert f'passed over wrong by {wrong.delta}: disagrees with pycocotools' in text
     assert "cocoeval_backend='auto': evaluating with pycocotools" in text
 
@@ -297,9 +280,10 @@ def test_an_lvis_backend_that_disagrees_is_never_used():
             precision[np.unravel_index(np.argmax(precision), precision.shape)] -= 1e-9
 
     bad = cocoeval_backend.LVISBackend('wrong', 'hotcoco', 'hotcoco', lambda: Wrong)
-    with _logged() as messages:
+    with record_mmengine_log() as records:
         assert cocoeval_backend.auto_lvis_backend((bad, good)) is good
         assert cocoeval_backend.auto_lvis_backend((bad, )) is \
             cocoeval_backend.LVIS_BACKENDS['lvis']
-    assert 'passed over wrong: disagrees with lvis' in '\n'.join(messages)
+    assert 'passed over wrong: disagrees with lvis' in '\n'.join(
+        record.getMessage() for record in records)
     assert not hasattr(np, 'float')  # the check's alias for lvis' own accumulate is gone again

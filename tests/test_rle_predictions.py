@@ -313,7 +313,8 @@ def test_test_time_masks_of_1000_detections_stay_under_the_bound(toy_coco_root):
     peaks = {}
     for side in ('ours', 'mmdet'):
         output = subprocess.run([sys.executable, '-c', _MEMORY_PROBE, side, ann_file],
-                                check=True, capture_output=True, text=True, cwd=REPO).stdout
+                                check=True, capture_output=True, text=True, cwd=REPO,
+                                timeout=600).stdout
         peaks[side] = float(output.strip().splitlines()[-1])
     assert peaks['ours'] < TEST_TIME_MASK_BOUND_MIB, peaks
     full_size_mib = 1000 * 1333 * 800 / 2 ** 20
