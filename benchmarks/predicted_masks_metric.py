@@ -6,7 +6,8 @@
         [--out benchmarks/results/predicted_masks_metric.md]
 
 Scenarios: ``--images`` images x 100 detections at 640x480 and at 1333x800 (COCO), and x 300
-detections at 640x480 (LVIS-like: LVIS' 300 detections per image, evaluated by the lvis package).
+detections at 640x480 (LVIS-like: LVIS' 300 detections per image, evaluated by the lvis
+package's LVISEval, and by ``RLELVISMetric`` with the lvis package and with its default 'auto').
 Ground truth and detections: ``benchmarks/coco_eval_speed.synthetic_images`` (about 7 polygon
 instances per image of 80 classes; detections jittered copies of them plus spurious ones, their
 28x28 mask logits smooth blobs).
@@ -172,12 +173,16 @@ def evaluate(scenario: str, side: str, ann_file: str, results: list, **kwargs) -
 
 def evaluators(family: str) -> dict:
     """name: (side, CocoMetric keyword arguments) of each evaluation to time."""
-    if family == 'lvis':  # the lvis package's LVISEval on both sides; no faster alternative here
-        return {'mmdet LVISMetric': ('mmdet', {}), 'RLELVISMetric': ('ours', {})}
+    from mmdet_ext.evaluation.cocoeval_backend import resolve_backend, resolve_lvis_backend
+    if family == 'lvis':
+        with contextlib.redirect_stdout(io.StringIO()):
+            chosen = resolve_lvis_backend('auto').name
+        return {'mmdet LVISMetric': ('mmdet', {}),
+                'RLELVISMetric (lvis)': ('ours', dict(cocoeval_backend='lvis')),
+                f"RLELVISMetric cocoeval_backend='auto' ({chosen})": ('ours', {})}
     choices = {'mmdet CocoMetric (pycocotools)': ('mmdet', {}),
                'mmdet CocoMetric use_mp_eval=True': ('mmdet', dict(use_mp_eval=True)),
                'RLECocoMetric (pycocotools)': ('ours', dict(cocoeval_backend='pycocotools'))}
-    from mmdet_ext.evaluation.cocoeval_backend import resolve_backend
     with contextlib.redirect_stdout(io.StringIO()):
         chosen = resolve_backend('auto', use_mp_eval=False).name
     choices[f"RLECocoMetric cocoeval_backend='auto' ({chosen})"] = ('ours', {})
