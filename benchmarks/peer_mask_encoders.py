@@ -262,9 +262,9 @@ def report(measured: dict, missing: dict, args, counts: dict, load: tuple) -> li
         lines.append('')
     lines += [
         'Not measured here: the peers\' GPU forms (ultralytics and inference-models run their '
-        'run-length step on the masks\' device; ours does too, `rle_encode_batch` on CUDA: see '
-        'docs/gpu.md). On the CPU the peers\' designs are for a GPU; this is what each costs '
-        'where a test step runs on the CPU.']
+        'run-length step on the masks\' device, as ours does for a CUDA tensor: '
+        'csrc/masks/cuda/rle_encode_kernels.cu; docs/gpu.md, measurement d, is the plan). '
+        'Their designs are for a GPU; this is what each costs where a test step runs on the CPU.']
     return lines
 
 
