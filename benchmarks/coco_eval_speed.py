@@ -16,6 +16,7 @@ ground truth instances and 300 detections each).
 """
 import argparse
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -107,15 +108,34 @@ def make_dataset(rng, images: int, dets: int, height: int, width: int,
     return gt, results
 
 
-def child(backend: str, gt_path: str, results_path: str, iou_type: str) -> None:
-    """One evaluation in this process, as CocoMetric runs it; prints one json line."""
+NATIVE = 'native:'  # a package through its own COCO, loadRes and COCOeval, as its README says
+NATIVE_CLASSES = {  # backend name: (module, its COCO, its COCOeval)
+    'ultrafast_pycocotools': ('ultrafast_pycocotools', 'COCO', 'COCOeval'),
+    'hotcoco': ('hotcoco', 'COCO', 'COCOeval'),
+    'faster_coco_eval': ('faster_coco_eval', 'COCO', 'COCOeval_faster'),
+}
+
+
+def _classes(backend: str) -> tuple:
+    """(COCO, COCOeval) that ``backend`` evaluates with: mmdet's COCO and our backend's
+    evaluator, or (``native:NAME``) the package's own two classes."""
+    if backend.startswith(NATIVE):
+        module, coco, evaluator = NATIVE_CLASSES[backend[len(NATIVE):]]
+        module = importlib.import_module(module)
+        return getattr(module, coco), getattr(module, evaluator)
     from mmdet.datasets.api_wrappers import COCO
 
     from mmdet_ext.evaluation.cocoeval_backend import BACKENDS
+    return COCO, BACKENDS[backend].evaluator
+
+
+def child(backend: str, gt_path: str, results_path: str, iou_type: str) -> None:
+    """One evaluation in this process, as CocoMetric runs it; prints one json line."""
     from mmdet_ext.evaluation.cocoeval_parity import IOU_THRESHOLDS, MMDET_MAX_DETS
 
     # The peak RSS (VmHWM) restarts here: a forked child starts with its parent's (the sets).
     Path('/proc/self/clear_refs').write_text('5')
+    COCO, evaluator_type = _classes(backend)
     with contextlib.redirect_stdout(io.StringIO()):
         gt = COCO(gt_path)
         predictions = json.loads(Path(results_path).read_text())
@@ -125,15 +145,14 @@ def child(backend: str, gt_path: str, results_path: str, iou_type: str) -> None:
         else:
             for prediction in predictions:
                 prediction.pop('segmentation')
-        evaluator_type = BACKENDS[backend].evaluator
         wall, cpu = time.perf_counter(), time.process_time()
         dt = gt.loadRes(predictions)
         load_wall, load_cpu = time.perf_counter() - wall, time.process_time() - cpu
         before_mib = vm_mib('VmRSS')
         wall, cpu = time.perf_counter(), time.process_time()
         evaluator = evaluator_type(gt, dt, iou_type)
-        evaluator.params.catIds = gt.get_cat_ids()
-        evaluator.params.imgIds = gt.get_img_ids()
+        evaluator.params.catIds = sorted(gt.getCatIds())
+        evaluator.params.imgIds = sorted(gt.getImgIds())
         evaluator.params.maxDets = list(MMDET_MAX_DETS)
         evaluator.params.iouThrs = IOU_THRESHOLDS
         evaluator.evaluate()
@@ -173,6 +192,10 @@ def main() -> None:
     parser.add_argument('--sets', nargs='+', default=list(SETS), choices=list(SETS))
     parser.add_argument('--scale', type=float, default=1.0,
                         help='fraction of each set\'s images (a quick try)')
+    parser.add_argument('--backends', nargs='+',
+                        help='backends to time (default: every installed one); pycocotools, the '
+                        'reference, is always timed; NATIVE:NAME (' + ', '.join(NATIVE_CLASSES) +
+                        ') is that package through its own classes')
     parser.add_argument('--out', type=Path)
     parser.add_argument('--child', nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -183,9 +206,11 @@ def main() -> None:
     import importlib.metadata as metadata
 
     torch.set_num_threads(1)
-    backends = [name for name, backend in BACKENDS.items() if backend.installed()]
+    installed = [name for name, backend in BACKENDS.items() if backend.installed()]
+    backends = ['pycocotools', *[name for name in args.backends or installed
+                                 if name != 'pycocotools']]
     versions = ', '.join(f'{BACKENDS[name].package} {metadata.version(BACKENDS[name].package)}'
-                         for name in backends)
+                         for name in installed)
     started, load_before = time.perf_counter(), os.getloadavg()
     rows, notes = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -220,7 +245,8 @@ def main() -> None:
         '# COCO evaluation: every backend of RLECocoMetric side by side (issue 54)', '',
         f'Command: `PYTHONPATH=. python3 benchmarks/coco_eval_speed.py'
         f'{" --sets " + " ".join(repr(s) for s in args.sets) if args.sets != list(SETS) else ""}'
-        f'{f" --scale {args.scale}" if args.scale != 1 else ""}` '
+        f'{f" --scale {args.scale}" if args.scale != 1 else ""}'
+        f'{" --backends " + " ".join(args.backends) if args.backends else ""}` '
         f'({time.perf_counter() - started:.0f} s wall).', '',
         f'Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python '
         f'{platform.python_version()}; {versions}. Load average (1, 5, 15 min) before: '
