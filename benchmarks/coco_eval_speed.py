@@ -5,6 +5,14 @@ of the result list (segm results without their boxes, as mmdet pops them), param
 ``summarize``; every statistic compared with pycocotools'.
 
     PYTHONPATH=. python3 benchmarks/coco_eval_speed.py --out benchmarks/results/cocoeval_backends.md
+    PYTHONPATH=. python3 benchmarks/coco_eval_speed.py --sets 'val2017-sized 1333x800' \
+        'dense 640x480' --backends ultrafast_pycocotools native:ultrafast_pycocotools hotcoco \
+        native:hotcoco faster_coco_eval native:faster_coco_eval vernier \
+        --out benchmarks/results/cocoeval_native.md
+
+``native:NAME`` is the package as its own README has it, not through our adapter: its ``COCO``
+of the ground truth file, its ``loadRes`` of the result list, its ``COCOeval`` with the same
+params, its own ``summarize`` (the peers' evaluators as ultralytics and rf-detr call them).
 
 Each backend runs in a process of its own (its peak RSS is its own): wall and CPU seconds
 (every thread) of the evaluation (construction to summary), and of ``loadRes`` before it, which
