@@ -102,9 +102,10 @@ class TablesFromPackage:
 def _collection_paused():
     """Python's cyclic garbage collector off while a package evaluates (the annotation dicts it
     is given, or makes, by the hundred thousand), on again after if it was on. Why: each batch
-    of new objects starts a collection that walks every live one, the datasets included: for
-    100,000 segm results, converting them for hotcoco took 0.48 s with it, 0.14 s without, and
-    ultrafast-pycocotools' evaluation 0.40 s against 0.33 s. What is made here holds no cycle."""
+    of new objects starts a collection that walks every live one, the datasets included, which
+    was most of the time of converting segm results for hotcoco (the hotcoco rows of
+    benchmarks/results/cocoeval_native.md against cocoeval_backends.md). What is made here holds
+    no cycle."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -121,8 +122,8 @@ _INT_KEYS = ('id', 'image_id', 'category_id', 'iscrowd')
 def _plain_annotations(annotations: list) -> list:
     """Copies of ``annotations`` with Python numbers and str RLE counts (``loadRes`` leaves
     numpy boxes and areas; pycocotools' segm evaluation rewrites ground truth counts to bytes),
-    what the Rust packages read. Converted a key at a time for the whole list (numpy's scalars
-    one by one cost 5x as much: 0.66 against 0.12 s for 100,000 segm results)."""
+    what the Rust packages read. The boxes are converted for the whole list at once (numpy's
+    arrays and scalars one by one cost several times as much)."""
     plain = [dict(annotation) for annotation in annotations]
     boxes = [annotation['bbox'] for annotation in plain if 'bbox' in annotation]
     try:  # one [N, 4] array where every annotation has a box of 4
