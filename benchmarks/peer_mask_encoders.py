@@ -57,11 +57,10 @@ from mmengine.config import ConfigDict
 
 from benchmarks import write_report
 from benchmarks.coco_eval_speed import synthetic_images
+from benchmarks.predicted_masks_metric import THRESHOLD, ordered_boxes
 
 SIZES = {'640x480': (480, 640), '1333x800': (800, 1333)}
 DETECTIONS = 100
-THRESHOLD = 0.5
-PEER_VERSIONS = {'ultralytics': '8.4.190', 'inference-models': '0.39.6', 'supervision': '0.31.2'}
 
 
 def predicted_masks(images: int, height: int, width: int) -> list[torch.Tensor]:
@@ -71,10 +70,9 @@ def predicted_masks(images: int, height: int, width: int) -> list[torch.Tensor]:
     masks = []
     for _, _, (boxes, labels, logits, _) in synthetic_images(
             np.random.default_rng(0), images, DETECTIONS, height, width):
-        boxes = torch.from_numpy(np.concatenate([np.minimum(boxes[:, :2], boxes[:, 2:]),
-                                                 np.maximum(boxes[:, :2], boxes[:, 2:])], 1))
         pasted = head._predict_by_feat_single(
-            torch.from_numpy(logits)[:, None], boxes, torch.zeros(len(boxes), dtype=torch.long),
+            torch.from_numpy(logits)[:, None], ordered_boxes(boxes),
+            torch.zeros(len(boxes), dtype=torch.long),
             dict(ori_shape=(height, width), scale_factor=(1.0, 1.0)),
             ConfigDict(mask_thr_binary=THRESHOLD), rescale=True)
         masks.append(pasted.bool().contiguous())
@@ -160,14 +158,14 @@ def supervision_encoder():
                           for mask in masks.numpy()]
 
 
-def per_mask_encoder(module_name: str):
+def per_mask_encoder(module_name: str, stacked: bool):
+    """A package's ``mask.encode`` called once per (H, W) uint8 mask, Fortran-ordered; ``stacked``:
+    it takes (H, W, N) and returns a list, as pycocotools' (faster-coco-eval), else (H, W) and
+    one dict (hotcoco)."""
     encode_one = importlib.import_module(module_name).encode
-    return lambda masks: [encode_one(np.asfortranarray(mask[:, :, None]))[0]['counts']
-                          for mask in masks.numpy().astype(np.uint8)]
-
-
-def hotcoco_encoder():
-    encode_one = importlib.import_module('hotcoco.mask').encode
+    if stacked:
+        return lambda masks: [encode_one(np.asfortranarray(mask[:, :, None]))[0]['counts']
+                              for mask in masks.numpy().astype(np.uint8)]
     return lambda masks: [encode_one(np.asfortranarray(mask))['counts']
                           for mask in masks.numpy().astype(np.uint8)]
 
@@ -177,9 +175,10 @@ PEERS = {  # name: (how it is made, where it comes from)
     'roboflow inference-models (torch_mask_to_coco_rle)': (inference_models_encoder,
                                                            'inference-models'),
     'supervision (mask_to_rle)': (supervision_encoder, 'supervision'),
-    'hotcoco mask.encode per mask (rf-detr)': (hotcoco_encoder, 'hotcoco'),
+    'hotcoco mask.encode per mask (rf-detr)': (
+        lambda: per_mask_encoder('hotcoco.mask', stacked=False), 'hotcoco'),
     'faster-coco-eval mask.encode per mask': (
-        lambda: per_mask_encoder('faster_coco_eval.core.mask'), 'faster-coco-eval'),
+        lambda: per_mask_encoder('faster_coco_eval.core.mask', stacked=True), 'faster-coco-eval'),
 }
 
 

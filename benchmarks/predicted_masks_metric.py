@@ -92,13 +92,17 @@ def vm_kib(field: str) -> int:
     return int(re.search(rf'{field}:\s+(\d+)', Path('/proc/self/status').read_text()).group(1))
 
 
+def ordered_boxes(boxes: np.ndarray) -> torch.Tensor:
+    """x1 <= x2 and y1 <= y2, as a bbox head's boxes (the jittered copies of tiny ground truth
+    boxes can come out inverted, which mmdet's paste refuses)."""
+    return torch.from_numpy(np.concatenate([np.minimum(boxes[:, :2], boxes[:, 2:]),
+                                            np.maximum(boxes[:, :2], boxes[:, 2:])], 1))
+
+
 def one_image(head, metric, img_id: int, detections: tuple, height: int, width: int) -> tuple:
     """The head's paste and the metric's process of one image: (paste s, encode s)."""
     boxes, labels, logits, scores = detections
-    # x1 <= x2 and y1 <= y2, as a bbox head's boxes (the jittered copies of tiny ground truth
-    # boxes can come out inverted, which mmdet's paste refuses)
-    boxes = torch.from_numpy(np.concatenate([np.minimum(boxes[:, :2], boxes[:, 2:]),
-                                             np.maximum(boxes[:, :2], boxes[:, 2:])], 1))
+    boxes = ordered_boxes(boxes)
     logits = torch.from_numpy(logits)[:, None]
     labels = torch.tensor(labels) - 1
     img_meta = dict(ori_shape=(height, width), scale_factor=(1.0, 1.0))

@@ -302,7 +302,7 @@ CHOICES = ('auto', *BACKENDS)
 @functools.lru_cache(maxsize=None)
 def hotcoco_lvis_eval() -> type:
     """An ``lvis.LVISEval`` whose ``evaluate`` and ``accumulate`` are hotcoco's ``LVISEval``
-    (on hotcoco objects built from the datasets, each result as it was given, ``_as_given``);
+    (on hotcoco objects built from the datasets, the results as they were given, ``_as_given``);
     its summary, results and printed table are the lvis package's own code (which runs on
     numpy 2: only lvis' ``accumulate`` uses the removed ``np.float``). The params are lvis', so
     the camelCase names mmdet sets on them (``imgIds``, and ``useCats``/``maxDets`` for
@@ -320,9 +320,9 @@ def hotcoco_lvis_eval() -> type:
             params.img_ids = [int(i) for i in np.unique(params.img_ids)]
             with _collection_paused():
                 gt = hotcoco.LVIS(_plain_dataset(self.lvis_gt))
-                dt = hotcoco.LVISResults(gt, [_as_given(a, params.iou_type) for a in
-                                              self.lvis_dt.dataset.get('annotations', [])],
-                                         max_dets=params.max_dets)
+                dt = hotcoco.LVISResults(
+                    gt, _as_given(self.lvis_dt.dataset.get('annotations', []), params.iou_type),
+                    max_dets=params.max_dets)
             evaluator = hotcoco.LVISEval(gt, dt, params.iou_type)
             evaluator.params.img_ids = list(params.img_ids)
             evaluator.params.cat_ids = list(params.cat_ids)
@@ -345,18 +345,21 @@ def hotcoco_lvis_eval() -> type:
     return HotcocoLVISEval
 
 
-def _as_given(annotation: dict, iou_type: str) -> dict:
-    """A result as it was before lvis' ``LVISResults`` added its ``id``, ``area`` and (segm)
-    ``bbox``, which hotcoco's ``LVISResults`` makes again by lvis' rule: a result with a box
-    takes the box's area, a segm result without one its mask's. A segm result whose area is
+def _as_given(annotations: list, iou_type: str) -> list:
+    """The results as they were before lvis' ``LVISResults`` added their ``id``, ``area`` and
+    (segm) ``bbox``, which hotcoco's ``LVISResults`` makes again by lvis' rule: a result with a
+    box takes the box's area, a segm result without one its mask's. A segm result whose area is
     its box's is given with its box (either it had one, or its mask's area is its box's)."""
-    plain = {key: value for key, value in _plain_annotations([annotation])[0].items()
-             if key not in ('id', 'area')}
-    if iou_type == 'segm':
-        _, _, width, height = plain['bbox']
-        if float(annotation['area']) != width * height:
-            del plain['bbox']
-    return plain
+    given = []
+    for plain in _plain_annotations(annotations):
+        area = plain.pop('area', None)
+        plain.pop('id', None)
+        if iou_type == 'segm':
+            _, _, width, height = plain['bbox']
+            if area != width * height:
+                del plain['bbox']
+        given.append(plain)
+    return given
 
 
 @dataclass(frozen=True)
