@@ -18,7 +18,13 @@ Variants, each a real config file read with ``Config.fromfile``:
 - stock best (Mask R-CNN 1x only): the same plus the pipeline with mmdet's fastest settings,
   ``LoadImageFromFile(imdecode_backend='turbojpeg')`` and ``LoadAnnotations(poly2mask=False)``;
 - adopted: the stock file plus ``from mmdet_ext.adopt import adopt  # noqa: E402`` and
-  ``adopt(globals())`` as its last line.
+  ``adopt(globals())`` as its last line;
+- ceiling (Mask R-CNN 1x only): the physical ceiling of the pixels alone, what no loader of this
+  config can beat while it gives mmdet's bits: the same files read, decoded (libjpeg) and resized
+  to the config's own ``Resize`` scale (OpenCV's bilinear, as mmcv.imresize), every other one
+  flipped, written channel-planar into one buffer, on one native thread per pinned core
+  (``batched_fetch.DecodeOnThreads``, the "fused ceiling" of batched_fetch.py); no annotations,
+  no Python per sample, nothing sent between processes.
 
 Each loader is built as mmengine's Runner builds it, ``Runner.build_dataloader(
 cfg.train_dataloader, seed=0)`` after ``set_multi_processing(**cfg.env_cfg.mp_cfg)`` (the Runner's
@@ -60,6 +66,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = [
@@ -198,6 +205,37 @@ def measure_config(path: str, adopted: bool, passes: int) -> dict:
         shutil.rmtree(work_dir, ignore_errors=True)
 
 
+def _train_resize(cfg) -> tuple:
+    """The (w, h) scale of the innermost train pipeline's ``Resize`` (keep_ratio)."""
+    dataset = cfg.train_dataloader.dataset
+    while isinstance(dataset.get('dataset'), dict):
+        dataset = dataset['dataset']
+    resizes = [t for t in dataset['pipeline'] if t['type'] == 'Resize']
+    if len(resizes) != 1 or not resizes[0].get('keep_ratio'):
+        raise ValueError(f'no single keep_ratio Resize to measure a ceiling for: {resizes}')
+    return tuple(resizes[0]['scale'])
+
+
+def measure_ceiling(path: str, passes: int) -> dict:
+    """The ceiling variant (module doc) for the config at ``path``."""
+    from benchmarks.batched_fetch import DecodeOnThreads, measure
+    from mmengine.config import Config
+    cfg = Config.fromfile(path)
+    data = cfg.train_dataloader.dataset
+    while isinstance(data.get('dataset'), dict):
+        data = data['dataset']
+    images = Path(data['data_root']) / data['data_prefix']['img']
+    paths = sorted(str(p) for p in images.iterdir())
+    threads = len(os.sched_getaffinity(0))
+    scale = _train_resize(cfg)
+    rate, cpu = measure(DecodeOnThreads(paths, cfg.train_dataloader.batch_size, threads, scale),
+                        passes)
+    return dict(rate=rate, cpu=cpu, dataset=f'{len(paths)} files, resized to {scale}',
+                samples_per_epoch=len(paths),
+                batches_per_epoch=-(-len(paths) // cfg.train_dataloader.batch_size),
+                collate='none', workers=f'0 ({threads} native threads)', prepared=[])
+
+
 def child(cores: str, stock: bool) -> None:
     """Reads one JSON command a line on stdin, answers one ``RESULT`` line each."""
     import mmcv
@@ -229,7 +267,11 @@ def child(cores: str, stock: bool) -> None:
     for line in sys.stdin:
         command = json.loads(line)
         try:
-            result = measure_config(command['config'], command['adopted'], command['passes'])
+            if command.get('ceiling'):
+                result = measure_ceiling(command['config'], command['passes'])
+            else:
+                result = measure_config(command['config'], command['adopted'],
+                                        command['passes'])
         except Exception as err:  # noqa: BLE001 -- the cell reports it
             # A worker's exception carries its traceback in the message: its last line is kept.
             last = [line for line in str(err).splitlines() if line.strip()][-1:] or ['']
@@ -254,9 +296,9 @@ class Child:
                 return json.loads(line.removeprefix(RESULT))
         raise RuntimeError(f'child exited with {self.process.wait()}')
 
-    def measure(self, config: Path, adopted: bool, passes: int) -> dict:
+    def measure(self, config: Path, adopted: bool, passes: int, ceiling: bool = False) -> dict:
         self.process.stdin.write(json.dumps(dict(config=str(config), adopted=adopted,
-                                                 passes=passes)) + '\n')
+                                                 passes=passes, ceiling=ceiling)) + '\n')
         self.process.stdin.flush()
         return self._answer()
 
@@ -302,6 +344,12 @@ def same_code(trees: dict) -> str:
                 'noise alone.')
     return ' `mmdet_ext/`/`csrc/` git trees: ' + '; '.join(
         f'{name} {identity}' for name, identity in identities.items()) + '.'
+
+
+def ratio(a: Optional[dict], b: Optional[dict], key: str = 'rate') -> str:
+    if a is None or b is None or 'error' in a or 'error' in b:
+        return '-'
+    return f'{a[key] / b[key]:.2f}x'
 
 
 def report(args, trees, results, infos, loads, wall, command) -> list[str]:
@@ -353,10 +401,6 @@ def report(args, trees, results, infos, loads, wall, command) -> list[str]:
         row = results[name]
         stock, best = row['stock'], row.get('stock best')
 
-        def ratio(a, b, key='rate'):
-            if a is None or b is None or 'error' in a or 'error' in b:
-                return '-'
-            return f'{a[key] / b[key]:.2f}x'
         adopted = [row[f'adopted ({n})'] for n in tree_names]
         lines.append(
             f'| {name} | {cell(stock)} | {cell(best) if best else "-"} | ' +
@@ -374,6 +418,20 @@ def report(args, trees, results, infos, loads, wall, command) -> list[str]:
                                  if result['prepared'] else ''))
             for variant, result in row.items())
         details.append(f'- {name} (`{zoo}`): {variants}.')
+    ceilings = [(name, row) for name, row in ((n, results[n]) for n, _ in ROWS if n in results)
+                if 'ceiling' in row]
+    if ceilings:
+        lines += ['', 'Against the physical ceiling of the pixels alone (the ceiling variant: read, '
+                  'decode, resize to the config\'s scale, flip, planar, one native thread per '
+                  'core, nothing else):', '',
+                  '| config | ceiling | stock best / ceiling | ' +
+                  ' | '.join(f'{n} / ceiling' for n in tree_names) + ' | ceiling / stock best |',
+                  '|---|' + '---:|' * (3 + len(tree_names))]
+        for name, row in ceilings:
+            ceiling = row['ceiling']
+            lines.append(f'| {name} | {cell(ceiling)} | {ratio(row.get("stock best"), ceiling)} | '
+                         + ' | '.join(ratio(row[f'adopted ({n})'], ceiling) for n in tree_names)
+                         + f' | {ratio(ceiling, row.get("stock best"))} |')
     lines += ['', '"stock best" (Mask R-CNN 1x only): `LoadImageFromFile(imdecode_backend='
               "'turbojpeg')` and `LoadAnnotations(poly2mask=False)`, with mmcv's turbojpeg "
               "decoder made in the stock process (`mmcv.use_backend('turbojpeg')`, as "
@@ -423,7 +481,8 @@ def main() -> None:
         make_dataset(root, args.images, WIDTH, HEIGHT, 'photos')
         plan = []  # (row, variant, config file, child name)
         for name, zoo in rows:
-            variants = ['stock'] + ['stock best'] * (name == STOCK_BEST_ROW) + ['adopted']
+            variants = ['stock'] + ['stock best', 'ceiling'] * (name == STOCK_BEST_ROW) + \
+                ['adopted']
             for variant in variants:
                 path = Path(tmp) / f'{name}_{variant.replace(" ", "_")}.py'
                 path.write_text(config_text(zoo, root, variant, args.batch_size, args.workers))
@@ -439,7 +498,8 @@ def main() -> None:
             all_rounds: dict = {}
             for round_index in range(args.rounds):
                 for name, variant, path, who in plan:
-                    result = children[who].measure(path, who != 'stock', args.passes)
+                    result = children[who].measure(path, who != 'stock', args.passes,
+                                                   ceiling=variant == 'ceiling')
                     rounds = all_rounds.setdefault((name, variant), [])
                     rounds.append(result.get('rate', 0.0))
                     kept = results.setdefault(name, {}).get(variant)

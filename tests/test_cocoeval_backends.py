@@ -236,6 +236,87 @@ def test_metric_reports_cocometrics_numbers_with_each_backend(backend, cases, tm
     assert coco_metric_module.COCOeval is original
 
 
+def test_hotcoco_makes_the_results_itself_and_the_ground_truth_is_put_back(cases, tmp_path,
+                                                                           monkeypatch):
+    """With hotcoco, CocoMetric's ``loadRes`` of each result list is hotcoco's (pycocotools'
+    ``loadRes``, the longer half of the work, never runs) and gives CocoMetric's numbers; after
+    the call the ground truth's ``loadRes`` is pycocotools' again."""
+    from pycocotools.coco import COCO
+
+    _installed('hotcoco')
+    case = cases[1]
+    ann_file = tmp_path / 'gt.json'
+    ann_file.write_text(json.dumps(case['gt']))
+    classes = [c['name'] for c in case['gt']['categories']]
+    samples = _as_predictions(case, classes)
+    reference = CocoMetric(ann_file=str(ann_file), metric=['bbox', 'segm'])
+    reference.dataset_meta = dict(classes=classes)
+    reference.process({}, copy.deepcopy(samples))
+    expected = reference.evaluate(len(samples))
+
+    calls = []
+    original = COCO.loadRes
+    monkeypatch.setattr(COCO, 'loadRes', lambda self, res: calls.append(1) or original(self, res))
+    metric = RLECocoMetric(ann_file=str(ann_file), metric=['bbox', 'segm'],
+                           cocoeval_backend='hotcoco')
+    metric.dataset_meta = dict(classes=classes)
+    metric.process({}, copy.deepcopy(samples))
+    assert metric.evaluate(len(samples)) == expected
+    assert calls == []
+    assert 'loadRes' not in vars(metric._coco_api)
+    metric.cocoeval_backend = 'pycocotools'
+    metric.process({}, copy.deepcopy(samples))
+    assert metric.evaluate(len(samples)) == expected
+    assert len(calls) == 2  # bbox and segm, through pycocotools as before
+
+
+def test_hotcoco_refuses_results_as_pycocotools_loadres_does(cases):
+    """Empty results are pycocotools' IndexError (CocoMetric logs "empty" and stops), results
+    of an image the ground truth lacks its assertion; a file or an array, or results of
+    other keys, go through pycocotools' ``loadRes`` itself."""
+    from mmdet_ext.evaluation.cocoeval_backend import HotcocoEval, RawResults
+    from pycocotools.coco import COCO
+
+    gt = coco_from_dict(cases[0]['gt'])
+    with pytest.raises(IndexError):
+        gt.loadRes([])
+    with pytest.raises(IndexError):
+        HotcocoEval.load_results(gt, [])
+    stray = [dict(cases[0]['bbox'][0], image_id=10 ** 6)]
+    with pytest.raises(AssertionError, match='Results do not correspond to current coco set'):
+        gt.loadRes(copy.deepcopy(stray))
+    with pytest.raises(AssertionError, match='Results do not correspond to current coco set'):
+        HotcocoEval.load_results(gt, copy.deepcopy(stray))
+    assert isinstance(HotcocoEval.load_results(gt, cases[0]['segm']), RawResults)
+    with_keypoints = [dict(r, keypoints=[]) for r in cases[0]['bbox'][:3]]
+    assert isinstance(HotcocoEval.load_results(gt, with_keypoints), COCO)
+    array = np.array([[r['image_id'], *r['bbox'], r['score'], r['category_id']]
+                      for r in cases[0]['bbox'][:5]])
+    assert isinstance(HotcocoEval.load_results(gt, array), COCO)
+
+
+def test_metric_with_hotcoco_reports_empty_results_as_cocometric(cases, tmp_path):
+    _installed('hotcoco')
+    case = cases[0]
+    ann_file = tmp_path / 'gt.json'
+    ann_file.write_text(json.dumps(case['gt']))
+    classes = [c['name'] for c in case['gt']['categories']]
+    empty = [dict(s, pred_instances=dict(bboxes=torch.zeros(0, 4), scores=torch.zeros(0),
+                                         labels=torch.zeros(0, dtype=torch.long), masks=[]))
+             for s in _as_predictions(case, classes)]
+    outcomes = []
+    for metric in (CocoMetric(ann_file=str(ann_file), metric=['bbox', 'segm']),
+                   RLECocoMetric(ann_file=str(ann_file), metric=['bbox', 'segm'],
+                                 cocoeval_backend='hotcoco')):
+        metric.dataset_meta = dict(classes=classes)
+        metric.process({}, copy.deepcopy(empty))
+        with record_mmengine_log() as log:
+            outcomes.append(metric.evaluate(len(empty)))
+        assert any('The testing results of the whole dataset is empty' in r.getMessage()
+                   for r in log)
+    assert outcomes[0] == outcomes[1] == {}
+
+
 def test_check_backend_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match='cocoeval_backend must be one of'):
         cocoeval_backend.check_backend('fast', use_mp_eval=False)

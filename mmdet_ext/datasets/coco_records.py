@@ -42,12 +42,17 @@ def kept_instances(store, image_rows: np.ndarray, cat2label: dict) -> list[KeptI
     numpy's per-call cost many times over)."""
     image_rows = np.asarray(image_rows, dtype=np.int64)
     offsets = store['instance_offsets']
-    starts = offsets[image_rows].astype(np.int64)
-    counts = offsets[image_rows + 1].astype(np.int64) - starts
-    # Every annotation of the images, in order: the store rows and their image's size.
-    first_of_image = np.cumsum(counts) - counts
-    rows = np.arange(counts.sum()) + np.repeat(starts - first_of_image, counts)
-    height, width = np.repeat(store['image_hw'][image_rows], counts, axis=0).T
+    if len(image_rows) == 1:  # a sample alone (the per-sample path): no per-image bookkeeping
+        start, end = (int(v) for v in offsets[image_rows[0]:image_rows[0] + 2])
+        rows = np.arange(start, end)
+        height, width = (float(v) for v in store['image_hw'][image_rows[0]])
+    else:
+        starts = offsets[image_rows].astype(np.int64)
+        counts = offsets[image_rows + 1].astype(np.int64) - starts
+        # Every annotation of the images, in order: the store rows and their image's size.
+        first_of_image, total = np.cumsum(counts) - counts, int(counts.sum())
+        rows = np.arange(total) + np.repeat(starts - first_of_image, counts)
+        height, width = np.repeat(store['image_hw'][image_rows], counts, axis=0).T
     x1, y1, w, h = decoded(store, 'bbox', rows).reshape(-1, 4).T
     inter_w = _python_max(0, _python_min(x1 + w, width) - _python_max(x1, 0))
     inter_h = _python_max(0, _python_min(y1 + h, height) - _python_max(y1, 0))
@@ -60,7 +65,8 @@ def kept_instances(store, image_rows: np.ndarray, cat2label: dict) -> list[KeptI
     labels = np.array([cat2label[categories[i]] for i in kept.tolist()], dtype=np.int64)
     iscrowd = store['iscrowd'][rows[kept]].astype(bool)
     # Where each image's kept annotations start and end among all the kept ones.
-    bounds = np.searchsorted(kept, np.append(first_of_image, counts.sum())).tolist()
+    bounds = [0, len(kept)] if len(image_rows) == 1 else \
+        np.searchsorted(kept, np.append(first_of_image, total)).tolist()
     return [KeptInstances(rows[kept[a:b]], iscrowd[a:b], boxes[a:b], labels[a:b])
             for a, b in zip(bounds[:-1], bounds[1:])]
 

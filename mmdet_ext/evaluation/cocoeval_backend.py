@@ -173,19 +173,55 @@ class FasterCocoEval(TablesFromPackage):
         return tuple(evaluator.eval[key] for key in ('precision', 'recall', 'scores'))
 
 
+class RawResults:
+    """The result list ``CocoMetric`` gave ``loadRes``, as it was: what ``load_results`` hands a
+    package that makes its own results object of it (``cocoDt`` of its evaluator)."""
+
+    def __init__(self, annotations: list) -> None:
+        self.annotations = annotations
+
+
+# The keys of the results CocoMetric loads: its bbox (and proposal) results, and its segm results
+# once it has popped their boxes. Others go through pycocotools' loadRes.
+_RAW_RESULT_KEYS = ({'image_id', 'category_id', 'bbox', 'score'},
+                    {'image_id', 'category_id', 'segmentation', 'score'})
+
+
 class HotcocoEval(TablesFromPackage):
     """hotcoco (Rust): it takes only its own ``COCO`` objects (mmdet's are refused, and mmdet's
-    subclassing of ``COCO`` cannot be applied to hotcoco's), so both are built from the
-    datasets; its warnings for non-default ``maxDets`` and ``useCats=0`` are not raised. It
-    mutates nothing."""
+    subclassing of ``COCO`` cannot be applied to hotcoco's), so the ground truth is built from
+    its dataset, and the results by hotcoco's own ``loadRes`` from the list ``CocoMetric`` gave
+    (``load_results``: pycocotools' ``loadRes``, the longer half of the work, is not run; the
+    same rules, held by the parity suite); its warnings for non-default ``maxDets`` and
+    ``useCats=0`` are not raised. It mutates nothing."""
 
     package = 'hotcoco'
+
+    @staticmethod
+    def load_results(coco, results):
+        """``coco.loadRes(results)`` (pycocotools') for CocoMetric's result lists, not yet made:
+        the list checked as pycocotools checks it (an empty list is its IndexError, which
+        ``CocoMetric`` reports as empty results; an image not in ``coco`` its assertion);
+        anything else through pycocotools' ``loadRes``."""
+        if not isinstance(results, list) or results and set(results[0]) not in _RAW_RESULT_KEYS:
+            return type(coco).loadRes(coco, results)
+        print('Loading and preparing results...')
+        if not results:
+            raise IndexError('list index out of range')  # pycocotools' loadRes' own
+        known = set(coco.getImgIds())
+        if not all(result['image_id'] in known for result in results):
+            raise AssertionError('Results do not correspond to current coco set')
+        return RawResults(results)
 
     def tables(self, params: Params) -> tuple:
         import hotcoco
 
         gt = hotcoco.COCO(_plain_dataset(self.cocoGt))
-        dt = hotcoco.COCO(_plain_dataset(self.cocoGt, self.cocoDt.dataset.get('annotations', [])))
+        if isinstance(self.cocoDt, RawResults):
+            dt = gt.loadRes(self.cocoDt.annotations)
+        else:
+            dt = hotcoco.COCO(_plain_dataset(self.cocoGt,
+                                             self.cocoDt.dataset.get('annotations', [])))
         evaluator = hotcoco.COCOeval(gt, dt, params.iouType)
         self._set_params(evaluator.params, params,
                          convert=lambda thresholds: [float(t) for t in thresholds])

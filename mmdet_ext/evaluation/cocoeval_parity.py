@@ -163,12 +163,20 @@ class Outcome:
         return values
 
 
+def load_results(evaluator: type, coco: COCO, results):
+    """What ``coco.loadRes(results)`` is for ``evaluator``: its own ``load_results`` where it
+    has one (``RLECocoMetric.compute_metrics`` puts this in place of ``loadRes`` for the call),
+    else pycocotools' ``loadRes``."""
+    load = getattr(evaluator, 'load_results', None)
+    return type(coco).loadRes(coco, results) if load is None else load(coco, results)
+
+
 def evaluate(evaluator: type, gt: COCO, results: list, iou_type: str,
              max_dets: Sequence[int] = MMDET_MAX_DETS, img_ids: Optional[Sequence[int]] = None,
              cat_ids: Optional[Sequence[int]] = None, use_cats: bool = True) -> Outcome:
     """``evaluator`` run as ``CocoMetric.compute_metrics`` runs ``COCOeval``."""
     with contextlib.redirect_stdout(io.StringIO()) as printed:
-        dt = gt.loadRes(copy.deepcopy(results))
+        dt = load_results(evaluator, gt, copy.deepcopy(results))
         printed.seek(0)
         printed.truncate()
         coco_eval = evaluator(gt, dt, iou_type)

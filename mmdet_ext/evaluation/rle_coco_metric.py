@@ -9,6 +9,9 @@ results, the gathering across ranks (RLE bytes only) and every reported number a
 evaluation runs on the fastest installed evaluator that reports pycocotools' numbers
 (``cocoeval_backend.py``).
 """
+import contextlib
+import functools
+import importlib
 from typing import Sequence
 
 from mmdet.evaluation.metrics import CocoMetric
@@ -16,6 +19,7 @@ from mmdet.evaluation.metrics import CocoMetric
 from ..registry import METRICS
 from .coco_metric_globals import replaced_coco_metric_globals
 from .cocoeval_backend import check_backend, evaluator_replacements, resolve_backend
+from .cocoeval_parity import load_results
 from .json_dump import dump_json_in_one_pass
 from .predicted_masks import predicted_masks_as_rles
 
@@ -51,6 +55,29 @@ class RLECocoMetric(CocoMetric):
 
     def compute_metrics(self, results: list) -> dict:
         backend = resolve_backend(self.cocoeval_backend, self.use_mp_eval)
-        with replaced_coco_metric_globals(required=evaluator_replacements(backend),
-                                          optional={'dump': dump_json_in_one_pass}):
+        with self._results_loaded_for(backend.evaluator) as coco, replaced_coco_metric_globals(
+                required=evaluator_replacements(backend),
+                optional={'dump': dump_json_in_one_pass, **coco}):
             return super().compute_metrics(results)
+
+    @contextlib.contextmanager
+    def _results_loaded_for(self, evaluator: type):
+        """Within the block the ground truth's ``loadRes`` is ``evaluator``'s (``load_results``):
+        the ``COCO`` given (``ann_file``) or made in ``compute_metrics`` (without one: the name
+        to replace in ``coco_metric`` is yielded). Put back after."""
+        if getattr(evaluator, 'load_results', None) is None:
+            yield {}
+            return
+        module = importlib.import_module('mmdet.evaluation.metrics.coco_metric')
+        made_by = getattr(module, 'COCO', None)
+
+        def shadowed(api):
+            api.loadRes = functools.partial(load_results, evaluator, api)
+            return api
+        if self._coco_api is not None:
+            shadowed(self._coco_api)
+        try:
+            yield {} if made_by is None else {'COCO': lambda *a, **k: shadowed(made_by(*a, **k))}
+        finally:
+            if self._coco_api is not None:
+                vars(self._coco_api).pop('loadRes', None)
