@@ -10,7 +10,7 @@ table and ``stats`` follow pycocotools' rules whatever the package's own summary
 100, and prints two more lines). What each adapter has to do for its package is said on it.
 
 ``'auto'`` (the default) takes the fastest installed backend (``FASTEST_FIRST``, measured in
-benchmarks/results/cocoeval_backends.md) that agrees with pycocotools on the built-in parity
+benchmarks/results/cocoeval_backends.md and cocoeval_hotcoco_loadres.md) that agrees with pycocotools on the built-in parity
 check (``cocoeval_parity.check_parity``, under a second, once per process), else pycocotools;
 the log says which and why each faster one was passed over. A named backend is used as asked
 (tests/test_cocoeval_backends.py holds each to the full parity suite).
@@ -328,8 +328,10 @@ BACKENDS = {backend.name: backend for backend in (
             UltrafastEval),
     Backend('vernier', 'vernier', 'vernier', VernierEval),
 )}
-# 'auto' tries these in this order: fastest first on benchmarks/results/cocoeval_backends.md
-FASTEST_FIRST = ('ultrafast_pycocotools', 'hotcoco', 'vernier', 'faster_coco_eval')
+# 'auto' tries these in this order: fastest first, loadRes and evaluation together, as CocoMetric
+# runs them (benchmarks/results/cocoeval_hotcoco_loadres.md for the first two, since hotcoco
+# makes the results itself; cocoeval_backends.md for the rest)
+FASTEST_FIRST = ('hotcoco', 'ultrafast_pycocotools', 'vernier', 'faster_coco_eval')
 CHOICES = ('auto', *BACKENDS)
 
 
