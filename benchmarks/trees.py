@@ -6,13 +6,16 @@
 
 Each checkout runs its own copy of the benchmark script (``--`` and after: the script, relative to
 the checkout, and its arguments), with that checkout on ``PYTHONPATH`` and its own compiled
-extension. The checkouts take turns, ``--repeat`` times, so that a machine slowing down during
-the run does not favour one of them; each row keeps its best samples/s. Rows are read from the
-"Every row:" lines the loader benchmarks (``batched_fetch.py``, ``adopted_pipeline.py``) write.
+extension; a script given by an absolute path is that one file in every checkout
+(``loader_rows.py``). The checkouts take turns, ``--repeat`` times, so that a machine slowing
+down during the run does not favour one of them; each row keeps its best samples/s. Rows are
+read from the "Every row:" lines the loader benchmarks (``batched_fetch.py``,
+``adopted_pipeline.py``) write.
 """
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -69,7 +72,7 @@ def main() -> None:
     lines = [f'# {Path(script[0]).stem}, before and after, in one run', '',
              'Command: `PYTHONPATH=. python3 benchmarks/trees.py ' +
              ' '.join(f'--tree {spec}' for spec in args.tree) +
-             f' --repeat {args.repeat} --out {args.out} -- {" ".join(script)}`', '',
+             f' --repeat {args.repeat} --out {args.out} -- {shlex.join(script)}`', '',
              'Trees: ' + ', '.join(f'{name} = `{tree}` (git {_head(tree)})'
                                    for name, tree in trees) + '. ' +
              f'They took turns, {args.repeat} each; each row is its best. Load average before: '
@@ -82,7 +85,7 @@ def main() -> None:
     for scenario, row in keys:
         cells = [best[n][(scenario, row)] for n in names]
         lines.append(f'| {scenario} | {row} | ' +
-                     ' | '.join(f'{rate:.1f} ({cpu:.1f})' for rate, cpu in cells) +
+                     ' | '.join(f'{rate:.1f} ({cpu:.2f})' for rate, cpu in cells) +
                      ''.join(f' | {cell[0] / cells[0][0]:.2f}x' for cell in cells[1:]) + ' |')
     lines += ['', *(f'- {name}: {commands[name]}' for name in names)]
     args.out.write_text('\n'.join(lines) + '\n')
@@ -90,8 +93,13 @@ def main() -> None:
 
 
 def _head(tree: Path) -> str:
-    return subprocess.run(['git', '-C', str(tree), 'rev-parse', '--short', 'HEAD'],
-                          capture_output=True, text=True).stdout.strip() or '?'
+    """The checkout's commit, and whether tracked files differ from it."""
+    def git(*command: str) -> str:
+        return subprocess.run(['git', '-C', str(tree), *command], capture_output=True,
+                              text=True).stdout.strip()
+
+    changed = git('status', '--porcelain', '--untracked-files=no')
+    return (git('rev-parse', '--short', 'HEAD') or '?') + (' with changes' if changed else '')
 
 
 if __name__ == '__main__':

@@ -22,10 +22,10 @@ metainfo) are packed without resizing or padding: one flat uint8 buffer of their
 pixels, for ``FastDetDataPreprocessor`` to resize, flip, normalise and pad on the model's device
 (docs/deferred_pixels.md).
 """
+import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
-import numpy as np
 import torch
 from mmengine.dataset import pseudo_collate
 
@@ -151,7 +151,7 @@ def allocate_batch(first: torch.Tensor, shape: tuple) -> torch.Tensor:
     where neither can be used); in the main process, ordinary memory (the DataLoader's
     ``pin_memory`` pins what it hands on)."""
     if torch.utils.data.get_worker_info() is not None:
-        nbytes = first.element_size() * int(np.prod(shape))
+        nbytes = first.element_size() * math.prod(shape)
         pooled = worker_buffers.allocate(nbytes)
         if pooled is not None:
             return pooled.view(first.dtype).view(shape)

@@ -28,11 +28,11 @@ to the training process in as it is (``collate.allocate_batch``). While images a
 the in-flight record lists them before whatever the planning writes, so a decoder crash is
 still named.
 """
+import math
 import os
 import threading
 from typing import Any, Optional
 
-import numpy as np
 import torch
 
 from .._native import _C
@@ -95,7 +95,7 @@ class BatchDecoder:
     def add(self, index: int, pending: PendingDecode) -> None:
         """Place the next image of the batch and queue its decode."""
         shape = pending.out_shape  # as decoded, or as a plan that decoded it warped it
-        size = int(np.prod(shape))
+        size = math.prod(shape)
         if self.buffer is None:
             self.buffer = _bytes(max(self.capacity_hint, size * self.batch_size))
         elif self.used + size > self.buffer.numel():
@@ -133,7 +133,7 @@ class BatchDecoder:
     def views(self) -> list[torch.Tensor]:
         """The batch's images as ``images`` gives them, without waiting: pixels still being
         decoded (``images`` or ``wait`` before anything reads them)."""
-        return [self.buffer[offset:offset + int(np.prod(shape))].view(shape)
+        return [self.buffer[offset:offset + math.prod(shape)].view(shape)
                 for offset, shape in self.layout]
 
     @property
@@ -202,7 +202,7 @@ class SlotDecoder(BatchDecoder):
             return
         shapes = [pending.out_shape for _, pending in planned]
         if len({c for c, _, _ in shapes}) > 1:
-            self.capacity_hint = sum(int(np.prod(shape)) for shape in shapes)
+            self.capacity_hint = sum(math.prod(shape) for shape in shapes)
             for index, pending in planned:
                 BatchDecoder.add(self, index, pending)
             return

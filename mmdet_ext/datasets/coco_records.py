@@ -45,23 +45,26 @@ def kept_instances(store, image_rows: np.ndarray, cat2label: dict) -> list[KeptI
     if len(image_rows) == 1:  # a sample alone (the per-sample path): no per-image bookkeeping
         start, end = (int(v) for v in offsets[image_rows[0]:image_rows[0] + 2])
         rows = np.arange(start, end)
-        height, width = (float(v) for v in store['image_hw'][image_rows[0]])
+        size = store['image_hw'][image_rows[0], ::-1].astype(np.float64)  # (width, height)
     else:
         starts = offsets[image_rows].astype(np.int64)
         counts = offsets[image_rows + 1].astype(np.int64) - starts
         # Every annotation of the images, in order: the store rows and their image's size.
         first_of_image, total = np.cumsum(counts) - counts, int(counts.sum())
         rows = np.arange(total) + np.repeat(starts - first_of_image, counts)
-        height, width = np.repeat(store['image_hw'][image_rows], counts, axis=0).T
-    x1, y1, w, h = decoded(store, 'bbox', rows).reshape(-1, 4).T
-    inter_w = _python_max(0, _python_min(x1 + w, width) - _python_max(x1, 0))
-    inter_h = _python_max(0, _python_min(y1 + h, height) - _python_max(y1, 0))
+        size = np.repeat(store['image_hw'][image_rows, ::-1].astype(np.float64), counts, axis=0)
+    bbox = decoded(store, 'bbox', rows).reshape(-1, 4)
+    corner, extent = bbox[:, :2], bbox[:, 2:]
+    far = corner + extent
+    # The overlap with the image, x and y at once: max(0, min(x1 + w, width) - max(x1, 0)).
+    inter = _python_max(0, _python_min(far, size) - _python_max(corner, 0))
     categories = store['category_id'][rows].tolist()
     known = np.array([c in cat2label for c in categories], dtype=bool)
-    keep = ~store['ignore'][rows].astype(bool) & (inter_w * inter_h != 0) & \
-        ~(decoded(store, 'area', rows) <= 0) & ~(w < 1) & ~(h < 1) & known
-    kept = np.flatnonzero(keep)
-    boxes = np.stack([x1, y1, x1 + w, y1 + h], axis=1)[kept]
+    small = extent < 1
+    keep = ~store['ignore'][rows].astype(bool) & (inter[:, 0] * inter[:, 1] != 0) & \
+        ~(decoded(store, 'area', rows) <= 0) & ~small[:, 0] & ~small[:, 1] & known
+    kept = keep.nonzero()[0]
+    boxes = np.concatenate([corner, far], axis=1)[kept]
     labels = np.array([cat2label[categories[i]] for i in kept.tolist()], dtype=np.int64)
     iscrowd = store['iscrowd'][rows[kept]].astype(bool)
     # Where each image's kept annotations start and end among all the kept ones.

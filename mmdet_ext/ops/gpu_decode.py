@@ -11,12 +11,12 @@ import ctypes
 import functools
 import importlib.util
 import itertools
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import torch
 
 from .._native import _C
@@ -118,7 +118,7 @@ def decode_encoded_batch(data: torch.Tensor, sizes: Sequence[int],
         raise ValueError(f'decode_encoded_batch: the sizes add up to {starts[-1]} bytes, data has '
                          f'{data.numel()}')
     encoded = [data[start:end] for start, end in zip(starts, starts[1:])]
-    pixels = [int(np.prod(shape)) for shape in shapes]
+    pixels = [math.prod(shape) for shape in shapes]
     offsets = list(itertools.accumulate(pixels, initial=0))
     out = torch.empty(offsets[-1], dtype=torch.uint8, device=device)
     left = list(range(len(encoded)))
