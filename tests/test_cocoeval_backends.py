@@ -74,6 +74,36 @@ def test_backend_reports_what_pycocotools_reports(name, seed, iou_type, setting,
     assert disagreement(reference, after) is None
 
 
+def test_hotcoco_makes_its_ground_truth_once_and_every_evaluation_on_it_is_exact(cases):
+    """One ground truth through every setting in turn (as CocoMetric evaluates bbox then segm
+    at every validation): hotcoco's copy is made once, evaluations on it do not change what
+    later ones report, a new index (``createIndex``) makes a new copy, and the copy goes with
+    the ground truth."""
+    import gc
+    import weakref
+
+    from mmdet_ext.evaluation.cocoeval_backend import _HOTCOCO_GROUND_TRUTHS, HotcocoEval
+
+    _installed('hotcoco')
+    case = cases[2]
+    gt = coco_from_dict(case['gt'])
+    copies = []
+    for iou_type, setting in SETTINGS + SETTINGS[::-1]:
+        reference = evaluate(COCOeval, coco_from_dict(case['gt']), case[iou_type], iou_type,
+                             **setting)
+        got = evaluate(HotcocoEval, gt, case[iou_type], iou_type, **setting)
+        assert disagreement(reference, got) is None, (iou_type, setting)
+        copies.append(_HOTCOCO_GROUND_TRUTHS[gt][1])
+    assert all(copy is copies[0] for copy in copies)
+    gt.createIndex()
+    evaluate(HotcocoEval, gt, case['bbox'], 'bbox')
+    assert _HOTCOCO_GROUND_TRUTHS[gt][1] is not copies[0]
+    alive = weakref.ref(gt)
+    del gt
+    gc.collect()
+    assert alive() is None
+
+
 def test_the_case_reaches_the_rules_that_decide_a_number(cases):
     """Without these the suite could not tell a backend that gets them wrong."""
     case = cases[0]

@@ -10,8 +10,9 @@ table and ``stats`` follow pycocotools' rules whatever the package's own summary
 100, and prints two more lines). What each adapter has to do for its package is said on it.
 
 ``'auto'`` (the default) takes the fastest installed backend (``FASTEST_FIRST``, measured in
-benchmarks/results/cocoeval_backends.md and cocoeval_hotcoco_loadres.md) that agrees with pycocotools on the built-in parity
-check (``cocoeval_parity.check_parity``, under a second, once per process), else pycocotools;
+benchmarks/results/cocoeval_backends.md and cocoeval_hotcoco_loadres.md) that agrees with
+pycocotools on the built-in parity check (``cocoeval_parity.check_parity``, under a second, once
+per process), else pycocotools;
 the log says which and why each faster one was passed over. A named backend is used as asked
 (tests/test_cocoeval_backends.py holds each to the full parity suite).
 """
@@ -23,6 +24,7 @@ import importlib
 import importlib.util
 import time
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -150,6 +152,24 @@ def _plain_annotations(annotations: list) -> list:
     return plain
 
 
+# hotcoco's copy of each ground truth in use: CocoMetric evaluates bbox then segm on one
+# ground truth, at every validation. An entry lives as long as its ground truth, and holds while
+# that ground truth's dataset and index are the objects it was made from (pycocotools' and lvis'
+# createIndex make a new index, as their own evaluations would then see other annotations).
+_HOTCOCO_GROUND_TRUTHS: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
+
+
+def _hotcoco_ground_truth(coco, make: Callable):
+    """``make(_plain_dataset(coco))`` (hotcoco's ``COCO`` or ``LVIS`` of ``coco``), made once
+    for as long as ``coco`` is the same ground truth."""
+    made_from = (coco.dataset, getattr(coco, 'anns', None), make)
+    entry = _HOTCOCO_GROUND_TRUTHS.get(coco)
+    if entry is None or any(a is not b for a, b in zip(entry[0], made_from)):
+        entry = (made_from, make(_plain_dataset(coco)))
+        _HOTCOCO_GROUND_TRUTHS[coco] = entry
+    return entry[1]
+
+
 def _plain_dataset(coco, annotations: Optional[list] = None) -> dict:
     dataset = coco.dataset
     return dict(images=list(dataset['images']), categories=list(dataset['categories']),
@@ -190,7 +210,8 @@ _RAW_RESULT_KEYS = ({'image_id', 'category_id', 'bbox', 'score'},
 class HotcocoEval(TablesFromPackage):
     """hotcoco (Rust): it takes only its own ``COCO`` objects (mmdet's are refused, and mmdet's
     subclassing of ``COCO`` cannot be applied to hotcoco's), so the ground truth is built from
-    its dataset, and the results by hotcoco's own ``loadRes`` from the list ``CocoMetric`` gave
+    its dataset (once while it is the same: ``_hotcoco_ground_truth``), and the results by
+    hotcoco's own ``loadRes`` from the list ``CocoMetric`` gave
     (``load_results``: pycocotools' ``loadRes``, the longer half of the work, is not run; the
     same rules, held by the parity suite); its warnings for non-default ``maxDets`` and
     ``useCats=0`` are not raised. It mutates nothing."""
@@ -216,7 +237,7 @@ class HotcocoEval(TablesFromPackage):
     def tables(self, params: Params) -> tuple:
         import hotcoco
 
-        gt = hotcoco.COCO(_plain_dataset(self.cocoGt))
+        gt = _hotcoco_ground_truth(self.cocoGt, hotcoco.COCO)
         if isinstance(self.cocoDt, RawResults):
             dt = gt.loadRes(self.cocoDt.annotations)
         else:
@@ -357,7 +378,7 @@ def hotcoco_lvis_eval() -> type:
             params = self.params
             params.img_ids = [int(i) for i in np.unique(params.img_ids)]
             with _collection_paused():
-                gt = hotcoco.LVIS(_plain_dataset(self.lvis_gt))
+                gt = _hotcoco_ground_truth(self.lvis_gt, hotcoco.LVIS)
                 dt = hotcoco.LVISResults(
                     gt, _as_given(self.lvis_dt.dataset.get('annotations', []), params.iou_type),
                     max_dets=params.max_dets)
