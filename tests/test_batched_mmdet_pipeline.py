@@ -56,11 +56,29 @@ def mmdet_scope():
     yield DefaultScope.get_instance(f'test_batched_mmdet_{next(_scopes)}', scope_name='mmdet')
 
 
+# Large scale jitter, as mmdet's LSJ configs have it (the strong baseline's and Mask2Former's
+# crop and filter, at the toy images' size), and the other crop types: the steps between the
+# resize and the flip.
+LSJ_RESIZE = dict(type='RandomResize', scale=(320, 240), ratio_range=(0.1, 2.0), keep_ratio=True)
+CROP_STEPS = [
+    [dict(type='RandomCrop', crop_type='absolute_range', crop_size=(200, 200),
+          recompute_bbox=True, allow_negative_crop=True),
+     dict(type='FilterAnnotations', min_gt_bbox_wh=(1e-2, 1e-2))],
+    [dict(type='RandomCrop', crop_size=(180, 150), crop_type='absolute', recompute_bbox=True,
+          allow_negative_crop=True),
+     dict(type='FilterAnnotations', min_gt_bbox_wh=(1e-5, 1e-5), by_mask=True)],
+    [dict(type='RandomCrop', crop_size=(120, 90))],  # samples without boxes are drawn again
+    [dict(type='RandomCrop', crop_type='relative_range', crop_size=(0.3, 0.7),
+          bbox_clip_border=False)],
+    [dict(type='RandomCrop', crop_type='absolute_range', crop_size=(100, 300))],
+]
+
+
 def _mmdet_pipeline(resize=RESIZE_STEPS[0], color_type='color', annotations=LAZY_ANNOTATIONS,
-                    flip=True, between=(), after=()):
+                    flip=True, between=(), crop=(), after=()):
     meta_keys = META_KEYS + (('scale_idx',) if resize['type'] == 'RandomChoiceResize' else ())
     return [dict(type='NativeLoadImageFromFile', color_type=color_type), annotations, *between,
-            resize, *([dict(type='RandomFlip', **FLIP)] if flip else []), *after,
+            resize, *crop, *([dict(type='RandomFlip', **FLIP)] if flip else []), *after,
             dict(type='PackDetInputs', meta_keys=meta_keys)]
 
 
@@ -97,6 +115,28 @@ def test_any_annotation_loader_and_no_flip_are_batched_exactly(toy_coco_root, an
     _assert_batched_exactly(toy_coco_root, _mmdet_pipeline(RESIZE_STEPS[5], flip=False))
 
 
+@pytest.mark.parametrize('crop', CROP_STEPS)
+@pytest.mark.parametrize('resize', [LSJ_RESIZE, RESIZE_STEPS[1], RESIZE_STEPS[3]])
+def test_a_crop_between_the_resize_and_the_flip_is_batched_exactly(toy_coco_root, resize, crop):
+    """LSJ (RandomResize, RandomCrop, FilterAnnotations, RandomFlip): the crop planned with the
+    loader, its part of the resized image decoded into the batch, boxes, masks, labels and
+    ignore flags by RandomCrop's own code; the per-sample path's samples and random stream."""
+    pipeline = _mmdet_pipeline(resize, crop=crop)
+    loader = _dataset(toy_coco_root, pipeline).batch_engine().plan.loader
+    assert [type(step).__name__ for step in loader.crop_steps] == [c['type'] for c in crop]
+    _assert_batched_exactly(toy_coco_root, pipeline, seeds=range(4))
+
+
+def test_crops_differ_between_samples_and_keep_inner_parts(toy_coco_root):
+    """The crop's draws differ from sample to sample, and its offsets are not all 0: the
+    equality above sees both the offset and the size of the part kept."""
+    dataset = _dataset(toy_coco_root, _mmdet_pipeline(LSJ_RESIZE, crop=CROP_STEPS[0]))
+    samples = [s['data_samples'] for seed in range(3) for s in _batched(dataset, INDICES, seed)]
+    offsets = {tuple(np.round(s.homography_matrix[:2, 2]).astype(int)) for s in samples}
+    assert len({s.img_shape for s in samples}) > 2 and len(offsets) > 2
+    assert max(max(s.img_shape) for s in samples) == 200  # some cropped to the crop size
+
+
 def test_random_scales_differ_between_samples(toy_coco_root):
     """The scale is drawn per sample, in the per-sample path's order (the equality tests above
     would pass for a constant scale too)."""
@@ -111,8 +151,9 @@ def test_a_test_pipeline_with_annotations_after_the_resize_is_batched(toy_coco_r
     _assert_batched_exactly(toy_coco_root, pipeline, seeds=[0])
 
 
-def test_dataloader_workers_batch_mmdet_steps_exactly(toy_coco_root):
-    pipeline = _mmdet_pipeline(RESIZE_STEPS[7])
+@pytest.mark.parametrize('pipeline', [_mmdet_pipeline(RESIZE_STEPS[7]),
+                                      _mmdet_pipeline(LSJ_RESIZE, crop=CROP_STEPS[0])])
+def test_dataloader_workers_batch_mmdet_steps_exactly(toy_coco_root, pipeline):
     batches = list(_loader(_dataset(toy_coco_root, pipeline), 2, timeout=300))  # a hang fails
     expected = list(_loader(_dataset(toy_coco_root, pipeline, batched_fetch=False), 0))
     assert len(batches) == len(expected) == 3
@@ -120,7 +161,8 @@ def test_dataloader_workers_batch_mmdet_steps_exactly(toy_coco_root):
         assert torch.equal(got['inputs'], want['inputs'])
         for got_sample, want_sample in zip(got['data_samples'], want['data_samples']):
             assert got_sample.img_shape == want_sample.img_shape
-            assert got_sample.scale_idx == want_sample.scale_idx
+            assert got_sample.get('scale_idx') == want_sample.get('scale_idx')
+            assert np.array_equal(got_sample.homography_matrix, want_sample.homography_matrix)
             assert got_sample.flip_direction == want_sample.flip_direction
             assert torch.equal(got_sample.gt_instances.bboxes.tensor,
                                want_sample.gt_instances.bboxes.tensor)
@@ -184,15 +226,27 @@ def test_other_mmdet_pipelines_fall_back_and_say_why(toy_coco_root, log_file,  #
     assert f'batched fetch off, samples load one by one: {why}' in log_file.read_text()
 
 
-def test_an_adopted_mmdet_config_is_batched(elsewhere, toy_coco_root):  # noqa: F811
-    """mmdet's own Mask R-CNN config, adopted: its train and val pipelines load in batches."""
+@pytest.mark.parametrize('zoo', [
+    'mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py',
+    'strong_baselines/mask-rcnn_r50_fpn_rpn-2conv_4conv1fc_syncbn-all_lsj-100e_coco.py'])
+def test_an_adopted_mmdet_config_is_batched(elsewhere, toy_coco_root, zoo):  # noqa: F811
+    """mmdet's own Mask R-CNN config and its LSJ strong baseline (RandomResize, RandomCrop,
+    FilterAnnotations, RandomFlip), adopted: their train and val pipelines load in batches."""
     from mmdet.registry import DATASETS
-    cfg = Config.fromfile(str(_write_adopted_config(
-        elsewhere, 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py', toy_coco_root)))
+    cfg = Config.fromfile(str(_write_adopted_config(elsewhere, f'mmdet::{zoo}', toy_coco_root)))
     for name in ('train_dataloader', 'val_dataloader'):
-        dataset = DATASETS.build(cfg[name].dataset)
-        reference = DATASETS.build({**cfg[name].dataset, 'batched_fetch': False})
-        assert dataset.batch_engine().plan.loader.read_as == 'NativeLoadImageFromFile'
+        config = cfg[name].dataset
+        while 'dataset' in config:  # RepeatDataset: the toy data for the dataset it repeats
+            toy = {k: config.pop(k) for k in ('data_root', 'ann_file', 'data_prefix', 'metainfo')}
+            config = config.dataset
+            config.update(toy)
+        dataset = DATASETS.build(config)
+        reference = DATASETS.build({**config, 'batched_fetch': False})
+        loader = dataset.batch_engine().plan.loader
+        assert loader.read_as == 'NativeLoadImageFromFile'
+        assert [type(step).__name__ for step in loader.crop_steps] == (
+            ['RandomCrop', 'FilterAnnotations'] if 'lsj' in zoo and name == 'train_dataloader'
+            else [])
         indices = list(range(min(4, len(dataset))))
         samples = _batched(dataset, indices)
         _assert_same_samples(_per_sample(reference, indices), samples)

@@ -144,11 +144,37 @@ def test_warp_image_op_equals_mmcv(channels, interpolation):
         assert np.abs(got - expected.transpose(2, 0, 1)).max() <= tolerance
 
 
+@pytest.mark.parametrize('channels', [1, 3])
+@pytest.mark.parametrize('interpolation', ['nearest', 'bilinear', 'area', 'lanczos'])
+def test_warp_image_op_keeps_the_part_mmdet_crops(channels, interpolation):
+    """``keep``: mmdet's RandomCrop between the resize and the flip -- ``img[y:y+h, x:x+w]`` of
+    the resized image, then flipped -- bit for bit: corners, edges, the whole, one pixel, a part
+    of an image the resize leaves as it is."""
+    image = np.random.default_rng(channels).integers(0, 256, (41, 59, channels), dtype=np.uint8)
+    tensor = torch.from_numpy(image)
+    for out_shape, keep, direction in [((80, 120), (0, 0, 30, 40), None),
+                                       ((80, 120), (50, 80, 30, 40), 'horizontal'),
+                                       ((80, 120), (13, 7, 61, 97), 'vertical'),
+                                       ((80, 120), (0, 0, 80, 120), 'diagonal'),
+                                       ((20, 25), (19, 24, 1, 1), None),
+                                       ((41, 59), (5, 9, 30, 33), 'horizontal'),
+                                       ((300, 17), (100, 3, 150, 14), 'diagonal')]:
+        resized = mmcv.imresize(image, out_shape[::-1], interpolation=interpolation)
+        y, x, h, w = keep
+        expected = resized.reshape(*out_shape, channels)[y:y + h, x:x + w]
+        if direction is not None:
+            expected = mmcv.imflip(expected, direction)
+        got = ops.warp_image(tensor, out_shape, interpolation, direction, keep).numpy()
+        np.testing.assert_array_equal(got, expected.transpose(2, 0, 1))
+
+
 @requires_opcheck
 def test_warp_image_opcheck():
     tensor = torch.from_numpy(
         np.random.default_rng(3).integers(0, 256, (37, 53, 3), dtype=np.uint8))
     torch.library.opcheck(torch.ops.mmdet_ext.warp_image.default, (tensor, 20, 30, 1, 1))
+    torch.library.opcheck(torch.ops.mmdet_ext.warp_image.default,
+                          (tensor, 20, 30, 1, 1, [2, 3, 10, 12]))
 
 
 def test_warp_image_op_refuses_bad_arguments():
@@ -157,6 +183,12 @@ def test_warp_image_op_refuses_bad_arguments():
         torch.ops.mmdet_ext.warp_image(image, 0, 4, 1, 0)
     with pytest.raises(RuntimeError, match='flip must be 0'):
         torch.ops.mmdet_ext.warp_image(image, 4, 4, 1, 7)
+    for keep in ([0, 0, 0, 2], [3, 0, 2, 2], [0, 1, 4, 4], [-1, 0, 2, 2]):
+        with pytest.raises(RuntimeError, match=r'the kept part \(y, x, h, w\) = .* must be '
+                                               'non-empty and inside the 4x4 resized image'):
+            torch.ops.mmdet_ext.warp_image(image, 4, 4, 1, 0, keep)
+    with pytest.raises(RuntimeError, match=r'keep must be \(y, x, height, width\)'):
+        torch.ops.mmdet_ext.warp_image(image, 4, 4, 1, 0, [0, 0, 2])
     with pytest.raises(RuntimeError, match='expected a CPU uint8 tensor'):
         torch.ops.mmdet_ext.warp_image(image.float(), 4, 4, 1, 0)
     with pytest.raises(ValueError, match='interpolation must be one of'):

@@ -1,6 +1,7 @@
 // decode_one_planar.h: one image decoded into its planar place, resized and flipped on the way.
 #include "io/decode_one_planar.h"
 
+#include <algorithm>
 #include <vector>
 
 #include <c10/util/Exception.h>
@@ -27,7 +28,10 @@ void decode_into(const DecodeTask& task) {
     warp_into_planar(decoded,
                      cv::Size(static_cast<int>(warp.out_width), static_cast<int>(warp.out_height)),
                      static_cast<int>(warp.interpolation), static_cast<int>(warp.flip), task.dst,
-                     layout.plane_step, layout.row_step);
+                     layout.plane_step, layout.row_step,
+                     kept_part(cv::Size(static_cast<int>(warp.out_width),
+                                        static_cast<int>(warp.out_height)),
+                               warp.keep));
     return;
   }
   std::vector<cv::Mat> planes;
@@ -54,19 +58,25 @@ std::string run_decode(const DecodeTask& task) {
 DecodeTask plan_decode(const char* op, int64_t tag, const uint8_t* data, int64_t data_size,
                        uint8_t* out, int64_t out_bytes, int64_t offset, int64_t flags,
                        int64_t scale_denom, int64_t max_pixels, const int64_t* shape,
-                       const int64_t* warp, int64_t interpolation, const int64_t* slot_hw) {
+                       const int64_t* warp, const int64_t* keep, int64_t interpolation,
+                       const int64_t* slot_hw) {
   TORCH_CHECK(shape[0] >= 1 && shape[0] <= 4 && shape[1] > 0 && shape[2] > 0, op, ": image ",
               tag, ": bad expected shape ", shape[0], "x", shape[1], "x", shape[2]);
+  TORCH_CHECK(keep == nullptr || warp != nullptr, op, ": image ", tag,
+              ": a kept part needs a warp");
   DecodeTask task{tag, data, data_size, nullptr, flags, scale_denom, max_pixels,
-                  {shape[0], shape[1], shape[2]}, warp != nullptr, Warp{0, 0, 0, interpolation},
+                  {shape[0], shape[1], shape[2]}, warp != nullptr,
+                  Warp{0, 0, 0, interpolation, {0, 0, 0, 0}},
                   Layout{shape[1] * shape[2], shape[2]}};
   int64_t height = shape[1];
   int64_t width = shape[2];
   if (warp != nullptr) {
-    check_warp_arguments(op, warp[0], warp[1], interpolation, warp[2]);
-    task.warp = Warp{warp[0], warp[1], warp[2], interpolation};
-    height = warp[0];
-    width = warp[1];
+    check_warp_arguments(op, warp[0], warp[1], interpolation, warp[2], keep);
+    task.warp = Warp{warp[0], warp[1], warp[2], interpolation,
+                     {0, 0, warp[0], warp[1]}};
+    if (keep != nullptr) std::copy(keep, keep + 4, task.warp.keep);
+    height = task.warp.keep[2];
+    width = task.warp.keep[3];
     task.layout = Layout{height * width, width};
   }
   if (slot_hw != nullptr) {

@@ -10,13 +10,15 @@
 
 namespace mmdet_ext {
 
-// Resize and flip of one image: the output size, warp_planar.h's flip code and cv2's
-// interpolation code.
+// Resize and flip of one image: the size it is resized to, warp_planar.h's flip code, cv2's
+// interpolation code, and the part of the resized image kept (y, x, height, width: a crop
+// between the resize and the flip; the whole of it where there is none).
 struct Warp {
   int64_t out_height;
   int64_t out_width;
   int64_t flip;
   int64_t interpolation;
+  int64_t keep[4];
 };
 
 // Where an image goes in its buffer: its planes plane_step bytes apart, its rows row_step apart.
@@ -43,17 +45,19 @@ struct DecodeTask {
 };
 
 // Checks the arguments of one image and returns its task: `shape` (C, H, W as decoded), `warp`
-// (out_height, out_width, flip; null: none) with `interpolation`, `slot_hw` (the slot of a padded
+// (out_height, out_width, flip; null: none) with `interpolation` and `keep` (the part of the
+// resized image written, y, x, height, width; null: all of it), `slot_hw` (the slot of a padded
 // batch it is written into, height and width; null: packed), and that it fits in `out` (of
 // `out_bytes`) at `offset`. Errors start with `op` and name the image by `tag`. The one check of
 // every batch decode's arguments, made before anything is written.
 DecodeTask plan_decode(const char* op, int64_t tag, const uint8_t* data, int64_t data_size,
                        uint8_t* out, int64_t out_bytes, int64_t offset, int64_t flags,
                        int64_t scale_denom, int64_t max_pixels, const int64_t* shape,
-                       const int64_t* warp, int64_t interpolation, const int64_t* slot_hw);
+                       const int64_t* warp, const int64_t* keep, int64_t interpolation,
+                       const int64_t* slot_hw);
 
-// Decodes `task` into its place (with its warp, resized and flipped, [C, out_height,
-// out_width]); returns "" or the error's text, without a c10 backtrace. Never throws.
+// Decodes `task` into its place (with its warp, resized, the part kept and flipped, [C, height,
+// width] of that part); returns "" or the error's text, without a c10 backtrace. Never throws.
 std::string run_decode(const DecodeTask& task);
 
 }  // namespace mmdet_ext

@@ -104,9 +104,9 @@ void submit(DecodeQueue& queue, int64_t tag, const at::Tensor& data, int64_t fla
               "DecodeQueue: out must be a contiguous 1-D CPU uint8 tensor, got ",
               out.scalar_type(), " ", out.sizes(), " on ", out.device());
   TORCH_CHECK(shape.size() == 3, "DecodeQueue: bad expected shape ", c10::IntArrayRef(shape));
-  TORCH_CHECK(!warp.has_value() || warp->size() == 3,
-              "DecodeQueue: warp must be (out_height, out_width, flip), got ",
-              c10::IntArrayRef(*warp));
+  TORCH_CHECK(!warp.has_value() || warp->size() == 3 || warp->size() == 7,
+              "DecodeQueue: warp must be (out_height, out_width, flip), or those and the part "
+              "kept (y, x, height, width), got ", c10::IntArrayRef(*warp));
   TORCH_CHECK(!slot_hw.has_value() || (slot_hw->size() == 2 && (*slot_hw)[0] > 0 &&
                                         (*slot_hw)[1] > 0),
               "DecodeQueue: slot_hw must be (height, width), both > 0, got ",
@@ -114,6 +114,7 @@ void submit(DecodeQueue& queue, int64_t tag, const at::Tensor& data, int64_t fla
   queue.push(plan_decode("DecodeQueue", tag, data.data_ptr<uint8_t>(), data.numel(),
                          out.data_ptr<uint8_t>(), out.numel(), offset, flags, scale_denom,
                          max_pixels, shape.data(), warp.has_value() ? warp->data() : nullptr,
+                         warp.has_value() && warp->size() == 7 ? warp->data() + 3 : nullptr,
                          interpolation, slot_hw.has_value() ? slot_hw->data() : nullptr));
 #endif
 }
@@ -131,8 +132,9 @@ void bind_decode_queue(pybind11::module_& m) {
            py::arg("shape"), py::arg("warp") = py::none(), py::arg("interpolation") = 1,
            py::arg("slot_hw") = py::none(),
            "Queue the decode of `data` into `out[offset:]` as [C, H, W] = `shape`: with `warp` "
-           "(out_height, out_width, flip code), resized with `interpolation` (cv2's code) and "
-           "flipped, into a slot of `slot_hw` (height, width) of a padded batch when given. "
+           "(out_height, out_width, flip code[, y, x, height, width]), resized with "
+           "`interpolation` (cv2's code), the part (y, x, height, width) of it kept (all of it "
+           "without one) and flipped, into a slot of `slot_hw` (height, width) of a padded batch when given. "
            "Keep both tensors alive until wait() returns.")
       .def("wait", &DecodeQueue::wait, py::call_guard<py::gil_scoped_release>(),
            "Decode what is still queued on this thread too, until every queued image is "

@@ -23,9 +23,11 @@ namespace mmdet_ext {
 // the same permutations as cv::flip's codes 1, 0 and -1, which mmcv.imflip calls.
 
 // Refuses what warp_into_planar cannot do, naming `op`: an absurd output size, an interpolation
-// that is not one of mmcv's five, a flip code out of range.
+// that is not one of mmcv's five, a flip code out of range, a kept part (y, x, height, width;
+// null: the whole image) that is empty or not inside the resized image.
 inline void check_warp_arguments(const char* op, int64_t out_height, int64_t out_width,
-                                 int64_t interpolation, int64_t flip) {
+                                 int64_t interpolation, int64_t flip,
+                                 const int64_t* keep = nullptr) {
   TORCH_CHECK(out_height > 0 && out_width > 0 && out_height <= (1 << 15) &&
                   out_width <= (1 << 15),
               op, ": output size ", out_height, "x", out_width,
@@ -35,6 +37,20 @@ inline void check_warp_arguments(const char* op, int64_t out_height, int64_t out
               " (0 nearest, 1 bilinear, 2 bicubic, 3 area, 4 lanczos)");
   TORCH_CHECK(flip >= 0 && flip <= 3, op, ": flip must be 0 (none), 1 (horizontal), "
               "2 (vertical) or 3 (diagonal), got ", flip);
+  TORCH_CHECK(keep == nullptr || (keep[0] >= 0 && keep[1] >= 0 && keep[2] > 0 && keep[3] > 0 &&
+                                  keep[0] + keep[2] <= out_height &&
+                                  keep[1] + keep[3] <= out_width),
+              op, ": the kept part (y, x, h, w) = (", keep ? keep[0] : 0, ", ",
+              keep ? keep[1] : 0, ", ", keep ? keep[2] : 0, ", ", keep ? keep[3] : 0,
+              ") must be non-empty and inside the ", out_height, "x", out_width,
+              " resized image");
+}
+
+// The part of the resized image that is written: `keep` (y, x, height, width), or all of it.
+inline cv::Rect kept_part(cv::Size out_size, const int64_t* keep) {
+  if (keep == nullptr) return cv::Rect(cv::Point(0, 0), out_size);
+  return cv::Rect(static_cast<int>(keep[1]), static_cast<int>(keep[0]),
+                  static_cast<int>(keep[3]), static_cast<int>(keep[2]));
 }
 
 // Row `y` of a 3-channel interleaved image into three planes' rows, with OpenCV's 128-bit SIMD
@@ -141,12 +157,14 @@ inline cv::Mat resize_scratch(cv::Size size, int type) {
   return cv::Mat(size, type, buffer.data());
 }
 
-// Writes `src` (1 to 4 channels) resized to `out_size` with `interpolation` (cv::resize's flags)
-// and flipped by `flip` as [C, out_h, out_w] at `dst`: plane c at dst + c * plane_step, its rows
-// row_step bytes apart. Packed, the steps are out_h * out_w and out_w (the default, -1); larger
-// ones write into a slot of a padded batch, whose padding is left as it is.
+// Writes `src` (1 to 4 channels) resized to `out_size` with `interpolation` (cv::resize's flags),
+// of which the part `keep` is kept (mmdet's RandomCrop after the resize: img[y:y+h, x:x+w]; the
+// whole image by default), flipped by `flip`, as [C, h, w] at `dst`: plane c at
+// dst + c * plane_step, its rows row_step bytes apart. Packed, the steps are h * w and w (the
+// default, -1); larger ones write into a slot of a padded batch, whose padding is left as it is.
 inline void warp_into_planar(const cv::Mat& src, cv::Size out_size, int interpolation, int flip,
-                             uint8_t* dst, int64_t plane_step = -1, int64_t row_step = -1) {
+                             uint8_t* dst, int64_t plane_step = -1, int64_t row_step = -1,
+                             cv::Rect keep = cv::Rect()) {
   cv::Mat warped = src;
   if (out_size != src.size()) {
     warped = resize_scratch(out_size, src.type());
@@ -154,16 +172,18 @@ inline void warp_into_planar(const cv::Mat& src, cv::Size out_size, int interpol
     cv::resize(src, warped, out_size, 0, 0, interpolation);
     TORCH_CHECK(warped.data == scratch, "OpenCV reallocated the resize output");
   }
+  if (keep.empty()) keep = cv::Rect(cv::Point(0, 0), out_size);
+  const cv::Mat kept = warped(keep);  // a view: the crop copies nothing
   const int channels = src.channels();
-  const size_t plane = plane_step < 0 ? static_cast<size_t>(out_size.area())
+  const size_t plane = plane_step < 0 ? static_cast<size_t>(keep.area())
                                       : static_cast<size_t>(plane_step);
-  const size_t row = row_step < 0 ? static_cast<size_t>(out_size.width)
+  const size_t row = row_step < 0 ? static_cast<size_t>(keep.width)
                                   : static_cast<size_t>(row_step);
   std::vector<cv::Mat> planes;
   for (int c = 0; c < channels; ++c) {  // each plane views the caller's memory
-    planes.emplace_back(out_size, CV_8UC1, dst + c * plane, row);
+    planes.emplace_back(keep.size(), CV_8UC1, dst + c * plane, row);
   }
-  split_into_planes(warped, planes, flip);
+  split_into_planes(kept, planes, flip);
   for (int c = 0; c < channels; ++c) {
     TORCH_CHECK(planes[c].data == dst + c * plane, "OpenCV reallocated output plane ", c);
   }

@@ -38,7 +38,7 @@ import torch
 from .._native import _C
 from ..collate import allocate_batch
 from ..ops.image import IMREAD_FLAGS
-from ..ops.pixels import FLIP_CODES, INTERPOLATIONS
+from ..ops.pixels import INTERPOLATIONS
 from ..rounding import padded_size
 from ..transforms.fused_loading import PendingDecode
 
@@ -220,6 +220,6 @@ class SlotDecoder(BatchDecoder):
                 continue
             warp = pending.warp
             self._submit(index, pending, offset,
-                         warp=[warp.out_h, warp.out_w, FLIP_CODES[warp.flip]],
+                         warp=warp.submitted(),
                          interpolation=INTERPOLATIONS[warp.interpolation],
                          slot_hw=list(self.batch.shape[2:]))

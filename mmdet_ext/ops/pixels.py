@@ -12,20 +12,24 @@ FLIP_CODES = {None: 0, 'horizontal': 1, 'vertical': 2, 'diagonal': 3}
 
 
 def warp_image(image: torch.Tensor, out_shape: tuple[int, int], interpolation: str = 'bilinear',
-               flip_direction: str | None = None) -> torch.Tensor:
-    """Resize an image to ``out_shape``, then flip it, in one native call with the GIL released.
+               flip_direction: str | None = None,
+               keep: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+    """Resize an image to ``out_shape``, keep a part of it, then flip it, in one native call
+    with the GIL released.
 
     Args:
         image (Tensor[H, W, C] uint8): C <= 4, on the CPU.
         out_shape: (h, w) in px, both >= 1.
         interpolation: one of ``INTERPOLATIONS`` (mmcv's names).
         flip_direction: 'horizontal', 'vertical', 'diagonal' or None.
+        keep: (y, x, kh, kw) in px, the part of the resized image kept (mmdet's ``RandomCrop``
+            between the resize and the flip), inside it; None: all of it.
 
     Returns:
-        A new channel-planar Tensor[C, h, w] uint8 equal to
-        ``mmcv.imflip(mmcv.imresize(img, (w, h), interpolation=...), flip_direction)`` (cv2
-        backend) transposed to CHW. ``result.permute(1, 2, 0)`` is the HWC image, laid out so
-        that packing it for the model copies nothing.
+        A new channel-planar Tensor[C, kh, kw] uint8 (kh, kw = h, w without ``keep``) equal to
+        ``mmcv.imflip(mmcv.imresize(img, (w, h), interpolation=...)[y:y + kh, x:x + kw],
+        flip_direction)`` (cv2 backend) transposed to CHW. ``result.permute(1, 2, 0)`` is the
+        HWC image, laid out so that packing it for the model copies nothing.
     """
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f'interpolation must be one of {sorted(INTERPOLATIONS)}, '
@@ -35,14 +39,16 @@ def warp_image(image: torch.Tensor, out_shape: tuple[int, int], interpolation: s
                          f'got {flip_direction!r}')
     out_h, out_w = (int(v) for v in out_shape)
     return torch.ops.mmdet_ext.warp_image(image, out_h, out_w, INTERPOLATIONS[interpolation],
-                                          FLIP_CODES[flip_direction])
+                                          FLIP_CODES[flip_direction],
+                                          None if keep is None else [int(v) for v in keep])
 
 
 @register_fake('mmdet_ext::warp_image')
 def _warp_image_fake(image: torch.Tensor, out_height: int, out_width: int, interpolation: int,
-                     flip: int) -> torch.Tensor:
+                     flip: int, keep: list[int] | None = None) -> torch.Tensor:
     torch._check(image.dtype == torch.uint8 and image.dim() == 3)
-    return image.new_empty((image.shape[2], out_height, out_width))
+    height, width = (out_height, out_width) if keep is None else keep[2:]
+    return image.new_empty((image.shape[2], height, width))
 
 
 def normalize_batch(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,

@@ -14,6 +14,7 @@ from .._compat import (choose_flip_direction, draw_resize_scale, record_homograp
 from ..io import DEFAULT_MAX_PIXELS, ImageHeader
 from ..moved_settings import warn_once
 from ..ops import warp_image
+from ..ops.pixels import FLIP_CODES
 from ..registry import TRANSFORMS
 from ..rounding import JPEG_SCALE_DENOMS, reduced_size
 from .box_geometry import (FLIP_DIRECTIONS, fast_boxes, flip_boxes, rescale_and_clip,
@@ -62,23 +63,36 @@ STAGES = {None: PixelStage('warped', True, False), 'resize': PixelStage('decoded
 
 class Warp(NamedTuple):
     """The resize and flip one decoded image takes: to (out_h, out_w) with ``interpolation``,
-    then flipped (``flip``: mmdet's direction, or None). The one record of them in Python: the
-    batched fetch's decode takes it (``PendingDecode.warp``), a deferred sample carries it as
-    ``record()`` (its ``pending_warp`` metainfo), and ``fast_collate`` makes the batch's
-    tensors from those."""
+    of which the part ``keep`` is kept (y, x, h, w: mmdet's ``RandomCrop`` planned between the
+    resize and the flip; None: all of it), then flipped (``flip``: mmdet's direction, or None).
+    The one record of them in Python: the batched fetch's decode takes it
+    (``PendingDecode.warp``), a deferred sample carries it as ``record()`` (its ``pending_warp``
+    metainfo; never with a crop, which is planned only where the pixels are finished in the
+    worker), and ``fast_collate`` makes the batch's tensors from those."""
     out_h: int
     out_w: int
     flip: Optional[str]
     interpolation: str
+    keep: Optional[tuple[int, int, int, int]] = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The (h, w) of the image it makes: the part kept."""
+        return (self.out_h, self.out_w) if self.keep is None else self.keep[2:]
 
     def record(self) -> dict:
         """The ``pending_warp`` metainfo of a deferred sample (picklable, mmengine's types)."""
         return {'out_shape': (self.out_h, self.out_w), 'flip_direction': self.flip,
                 'interpolation': self.interpolation}
 
+    def submitted(self) -> list[int]:
+        """``DecodeQueue.submit``'s ``warp``: (out_h, out_w, flip code[, y, x, h, w])."""
+        return [self.out_h, self.out_w, FLIP_CODES[self.flip], *(self.keep or ())]
+
     def apply(self, image: torch.Tensor) -> torch.Tensor:
-        """``image`` (HxWxC uint8) resized and flipped: CxHxW (``warp_image``)."""
-        return warp_image(image, (self.out_h, self.out_w), self.interpolation, self.flip)
+        """``image`` (HxWxC uint8) resized, cropped and flipped: CxHxW (``warp_image``)."""
+        return warp_image(image, (self.out_h, self.out_w), self.interpolation, self.flip,
+                          self.keep)
 
 
 class PendingDecode(NamedTuple):
@@ -95,8 +109,7 @@ class PendingDecode(NamedTuple):
     @property
     def out_shape(self) -> tuple[int, int, int]:
         """The (C, H, W) ``finish`` takes: as decoded, or after the warp."""
-        return self.shape if self.warp is None else (self.shape[0], self.warp.out_h,
-                                                     self.warp.out_w)
+        return self.shape if self.warp is None else (self.shape[0], *self.warp.shape)
 
 
 def stand_in_image(height: int, width: int) -> np.ndarray:
@@ -234,10 +247,12 @@ class NativeLoadResizeFlip(BaseTransform):
         self.defer = defer
         # Set only where it plans mmdet's own loading steps (fused_mmdet_loading.py): the image
         # loader whose read it stands for (its name in errors), the annotation loaders between
-        # the read and the resize, and a random resize step whose scale is drawn before it.
+        # the read and the resize, a random resize step whose scale is drawn before it, and the
+        # steps between the resize and the flip (a RandomCrop, then FilterAnnotations).
         self.read_as = 'NativeLoadResizeFlip'
         self.annotation_loaders: list = []
         self.scale_step: Optional[BaseTransform] = None
+        self.crop_steps: list = []
 
     @property
     def stage(self) -> PixelStage:
@@ -339,6 +354,8 @@ class NativeLoadResizeFlip(BaseTransform):
             shape = (PLANNED_CHANNELS[self.color_type],
                      *reduced_size(header.height, header.width, denom))
         warp = self._apply(results, size, scale, out_size)
+        if warp is None:
+            return None
         results.update(drawn)
         if not self.stage.warped:
             return PendingDecode(filename, encoded, denom, shape,
@@ -392,9 +409,10 @@ class NativeLoadResizeFlip(BaseTransform):
         return results
 
     def _apply(self, results: dict, size: tuple[int, int], scale: tuple,
-               out_size: tuple[int, int]) -> Warp:
+               out_size: tuple[int, int]) -> Optional[Warp]:
         """Write every result key but the pixels (``finish`` puts them in) for an image of
-        ``size`` (w, h) resized to ``out_size``; returns the image's warp."""
+        ``size`` (w, h) resized to ``out_size``; returns the image's warp, or None where a step
+        between the resize and the flip returned None."""
         width, height = size
         out_w, out_h = out_size
         filename = results['img_path']
@@ -404,8 +422,6 @@ class NativeLoadResizeFlip(BaseTransform):
                 f'NativeLoadResizeFlip: {filename} is {width}x{height} but its masks are '
                 f'{masks.width}x{masks.height} (the annotation file declares another image size; '
                 'tools/validate_coco.py lists such images)')
-        direction = choose_flip_direction(self.flip) if self.flip is not None else None
-        warp = Warp(out_h, out_w, direction, self.resize.interpolation)
         results['img'] = stand_in_image(out_h, out_w)  # the flip code reads img's shape
         results['ori_shape'] = (height, width)
         results['img_shape'] = (out_h, out_w)
@@ -414,6 +430,13 @@ class NativeLoadResizeFlip(BaseTransform):
         results['keep_ratio'] = self.resize.keep_ratio
         self._resize_annotations(results)
         record_homography(self.resize, results)
+        keep = None
+        if self.crop_steps:
+            keep = self._crop(results)
+            if keep is None:
+                return None
+        direction = choose_flip_direction(self.flip) if self.flip is not None else None
+        warp = Warp(out_h, out_w, direction, self.resize.interpolation, keep)
         if self.flip is not None:
             results['flip'] = direction is not None
             results['flip_direction'] = direction
@@ -422,6 +445,30 @@ class NativeLoadResizeFlip(BaseTransform):
         if not self.stage.warped:
             results[PENDING_WARP_KEY] = warp.record()
         return warp
+
+    def _crop(self, results: dict) -> Optional[tuple[int, int, int, int]]:
+        """Run the steps between the resize and the flip (``crop_steps``: mmdet's own
+        ``RandomCrop``, then ``FilterAnnotations``) on ``results``, whose ``img`` is a stand-in
+        of the resized image's shape: their random draws, annotation maths and keys are theirs.
+        Returns the part of the resized image the crop keeps, (y, x, h, w), or None where a
+        step returned None. The crop's offset is read from the homography matrix it records
+        (a translation by (-x, -y)), which is then composed as it composes it."""
+        before = results.get('homography_matrix', None)
+        results['homography_matrix'] = None
+        crop, *filters = self.crop_steps
+        if crop(results) is None:
+            return None
+        moved = results['homography_matrix']
+        if not (moved[:2, :2] == np.eye(2)).all():
+            raise RuntimeError(f'NativeLoadResizeFlip: {type(crop).__name__} recorded '
+                               f'{moved.tolist()}, not a translation')
+        results['homography_matrix'] = moved if before is None else moved @ before
+        height, width = results['img'].shape[:2]
+        keep = (int(-moved[1, 2]), int(-moved[0, 2]), height, width)
+        for step in filters:
+            if step(results) is None:
+                return None
+        return keep
 
     def _set_warped_image(self, results: dict, planar: np.ndarray) -> None:
         """``img`` of a sample resized here, from its CxHxW pixels: an HWC view of them. Why:

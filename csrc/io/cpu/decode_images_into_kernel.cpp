@@ -64,7 +64,7 @@ void decode_images_into_cpu(at::TensorList data, int64_t flags, at::IntArrayRef 
     tasks.push_back(plan_decode(
         "decode_images_into", i, bytes.data_ptr<uint8_t>(), bytes.numel(),
         out.data_ptr<uint8_t>(), out.numel(), offsets[i], flags, scale_denoms[i], limit,
-        shapes.data() + 3 * i, warps.has_value() ? warps->data() + 3 * i : nullptr,
+        shapes.data() + 3 * i, warps.has_value() ? warps->data() + 3 * i : nullptr, nullptr,
         interpolation, slot_hw.has_value() ? slot_hw->data() : nullptr));
   }
   // The calling thread decodes too (in wait), so the queue gets one thread fewer.

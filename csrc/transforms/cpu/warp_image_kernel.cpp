@@ -29,7 +29,7 @@ cv::Mat as_mat(const at::Tensor& image) {
 }
 
 at::Tensor warp_image_cpu(const at::Tensor& image, int64_t out_height, int64_t out_width,
-                          int64_t interpolation, int64_t flip) {
+                          int64_t interpolation, int64_t flip, at::OptionalIntArrayRef keep) {
   TORCH_CHECK(image.device().is_cpu() && image.scalar_type() == at::kByte && image.dim() == 3,
               "warp_image: expected a CPU uint8 tensor [H, W, C], got ", image.scalar_type(),
               " ", image.sizes(), " on ", image.device());
@@ -37,20 +37,24 @@ at::Tensor warp_image_cpu(const at::Tensor& image, int64_t out_height, int64_t o
               "got ", image.size(2));
   TORCH_CHECK(image.size(0) > 0 && image.size(1) > 0, "warp_image: the image is empty ",
               image.sizes());
-  check_warp_arguments("warp_image", out_height, out_width, interpolation, flip);
+  TORCH_CHECK(!keep.has_value() || keep->size() == 4,
+              "warp_image: keep must be (y, x, height, width), got ", *keep);
+  const int64_t* kept = keep.has_value() ? keep->data() : nullptr;
+  check_warp_arguments("warp_image", out_height, out_width, interpolation, flip, kept);
 
   const at::Tensor src_tensor = image.contiguous();
-  at::Tensor out = at::empty({image.size(2), out_height, out_width}, image.options());
-  warp_into_planar(as_mat(src_tensor),
-                   cv::Size(static_cast<int>(out_width), static_cast<int>(out_height)),
-                   static_cast<int>(interpolation), static_cast<int>(flip),
-                   out.data_ptr<uint8_t>());
+  const cv::Size out_size(static_cast<int>(out_width), static_cast<int>(out_height));
+  const cv::Rect part = kept_part(out_size, kept);
+  at::Tensor out = at::empty({image.size(2), part.height, part.width}, image.options());
+  warp_into_planar(as_mat(src_tensor), out_size, static_cast<int>(interpolation),
+                   static_cast<int>(flip), out.data_ptr<uint8_t>(), -1, -1, part);
   return out;
 }
 
 #else
 
-at::Tensor warp_image_cpu(const at::Tensor&, int64_t, int64_t, int64_t, int64_t) {
+at::Tensor warp_image_cpu(const at::Tensor&, int64_t, int64_t, int64_t, int64_t,
+                          at::OptionalIntArrayRef) {
   fail_built_without("warp_image", "OpenCV");
 }
 
