@@ -10,7 +10,7 @@ polygons straight into the 28x28 crops and reads only the runs of an RLE inside 
 native call per mask kind per image, never the full image.
 """
 from functools import partial
-from typing import Callable, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import mmcv
 import numpy as np
@@ -22,6 +22,7 @@ from .._compat import bitmap_masks_pixels, translate_masks
 from ..ops import (has_kernel, pack_counts, pack_polygons, polygons_crop_and_resize,
                    polygons_to_masks_into, rle_area, rle_crop_and_resize, rle_decode_batch_into,
                    rle_from_polygons, rle_to_bbox, rle_to_string)
+from .polygon_crop import crop_polygons
 from .polygon_raster import rasterize_polygons
 from .raster_source import RasterSource, apply_mask_op
 
@@ -135,14 +136,15 @@ class LazyInstanceMasks(BaseInstanceMasks):
 
     # -- geometry: polygons through PolygonMasks, rasters recorded ---------------------------
     def _map(self, op: Union[str, Callable], out_shape: tuple, *args,
-             **kwargs) -> 'LazyInstanceMasks':
+             polygon_op: Optional[Callable] = None, **kwargs) -> 'LazyInstanceMasks':
         """Apply ``op`` -- a mask method's name, or a function of (masks, *args) -- to every
-        polygon as ``PolygonMasks`` and record it for every raster."""
+        polygon as ``PolygonMasks`` (``polygon_op`` there instead, where given: a function that
+        computes what ``op`` does to them) and record it for every raster."""
         polygon_rows = self._polygon_rows()
         items = list(self.items)
         if polygon_rows:
             polygons = PolygonMasks([items[i] for i in polygon_rows], self.height, self.width)
-            result = apply_mask_op(polygons, op, args, kwargs)
+            result = apply_mask_op(polygons, polygon_op or op, args, kwargs)
             for row, polygon in zip(polygon_rows, result.masks):
                 items[row] = polygon
         for i, item in enumerate(items):
@@ -173,7 +175,7 @@ class LazyInstanceMasks(BaseInstanceMasks):
         bbox[0::2] = np.clip(bbox[0::2], 0, self.width)
         bbox[1::2] = np.clip(bbox[1::2], 0, self.height)
         w, h = max(bbox[2] - bbox[0], 1), max(bbox[3] - bbox[1], 1)
-        return self._map('crop', (int(h), int(w)), bbox)
+        return self._map('crop', (int(h), int(w)), bbox, polygon_op=crop_polygons)
 
     def translate(self, out_shape, offset, direction='horizontal', border_value=None,
                   interpolation=None) -> 'LazyInstanceMasks':
