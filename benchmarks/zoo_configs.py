@@ -15,7 +15,8 @@ Variants, each a real config file read with ``Config.fromfile``:
 - stock: ``_base_ = 'mmdet::...'`` and a ``train_dataloader`` that points ``data_root``,
   ``ann_file`` and ``data_prefix`` at the generated set and sets batch size 4, 2 workers,
   persistent workers (nothing else changes);
-- stock best (Mask R-CNN 1x only): the same plus the pipeline with mmdet's fastest settings,
+- stock best (Mask R-CNN 1x, and the rows ``--stock-best`` names): the same plus the pipeline
+  with mmdet's fastest settings,
   ``LoadImageFromFile(imdecode_backend='turbojpeg')`` and ``LoadAnnotations(poly2mask=False)``;
 - adopted: the stock file plus ``from mmdet_ext.adopt import adopt  # noqa: E402`` and
   ``adopt(globals())`` as its last line;
@@ -432,7 +433,8 @@ def report(args, trees, results, infos, loads, wall, command) -> list[str]:
             lines.append(f'| {name} | {cell(ceiling)} | {ratio(row.get("stock best"), ceiling)} | '
                          + ' | '.join(ratio(row[f'adopted ({n})'], ceiling) for n in tree_names)
                          + f' | {ratio(ceiling, row.get("stock best"))} |')
-    lines += ['', '"stock best" (Mask R-CNN 1x only): `LoadImageFromFile(imdecode_backend='
+    lines += ['', '"stock best" (Mask R-CNN 1x, and the rows `--stock-best` names): '
+              '`LoadImageFromFile(imdecode_backend='
               "'turbojpeg')` and `LoadAnnotations(poly2mask=False)`, with mmcv's turbojpeg "
               "decoder made in the stock process (`mmcv.use_backend('turbojpeg')`, as "
               'batched_fetch.py does: without it that backend fails in mmcv 2.1)' +
@@ -457,6 +459,9 @@ def main() -> None:
                         help='a checkout to run the adopted variant with (repeatable); '
                         'default: this one, as "this"')
     parser.add_argument('--only', nargs='*', help='row names (default: all)')
+    parser.add_argument('--stock-best', nargs='*', default=[], metavar='ROW',
+                        help=f'rows measured with mmdet\'s fastest settings too (always: '
+                             f'{STOCK_BEST_ROW})')
     parser.add_argument('--out', type=Path, default=REPO / 'benchmarks/results/zoo_configs.md')
     args = parser.parse_args()
     if args.child:
@@ -471,6 +476,7 @@ def main() -> None:
         trees = {spec.split('=', 1)[0]: Path(spec.split('=', 1)[1]).resolve()
                  for spec in args.tree}
     rows = [(n, z) for n, z in ROWS if not args.only or n in args.only]
+    best_rows = {STOCK_BEST_ROW, *args.stock_best}
     command = ' '.join(['PYTHONPATH=. python3 benchmarks/zoo_configs.py',
                         *sys.argv[1:]])
     started = time.monotonic()
@@ -481,8 +487,8 @@ def main() -> None:
         make_dataset(root, args.images, WIDTH, HEIGHT, 'photos')
         plan = []  # (row, variant, config file, child name)
         for name, zoo in rows:
-            variants = ['stock'] + ['stock best', 'ceiling'] * (name == STOCK_BEST_ROW) + \
-                ['adopted']
+            variants = ['stock'] + ['stock best'] * (name in best_rows) + \
+                ['ceiling'] * (name == STOCK_BEST_ROW) + ['adopted']
             for variant in variants:
                 path = Path(tmp) / f'{name}_{variant.replace(" ", "_")}.py'
                 path.write_text(config_text(zoo, root, variant, args.batch_size, args.workers))

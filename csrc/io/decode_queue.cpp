@@ -134,7 +134,8 @@ void bind_decode_queue(pybind11::module_& m) {
            "Queue the decode of `data` into `out[offset:]` as [C, H, W] = `shape`: with `warp` "
            "(out_height, out_width, flip code[, y, x, height, width]), resized with "
            "`interpolation` (cv2's code), the part (y, x, height, width) of it kept (all of it "
-           "without one) and flipped, into a slot of `slot_hw` (height, width) of a padded batch when given. "
+           "without one) and flipped, into a slot of `slot_hw` (height, width) of a padded batch "
+           "when given. "
            "Keep both tensors alive until wait() returns.")
       .def("wait", &DecodeQueue::wait, py::call_guard<py::gil_scoped_release>(),
            "Decode what is still queued on this thread too, until every queued image is "

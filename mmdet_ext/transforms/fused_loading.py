@@ -13,8 +13,7 @@ from .._compat import (choose_flip_direction, draw_resize_scale, record_homograp
                        resize_annotations, scale_size)
 from ..io import DEFAULT_MAX_PIXELS, ImageHeader
 from ..moved_settings import warn_once
-from ..ops import warp_image
-from ..ops.pixels import FLIP_CODES
+from ..ops import FLIP_CODES, warp_image
 from ..registry import TRANSFORMS
 from ..rounding import JPEG_SCALE_DENOMS, reduced_size
 from .box_geometry import (FLIP_DIRECTIONS, fast_boxes, flip_boxes, rescale_and_clip,
@@ -82,6 +81,8 @@ class Warp(NamedTuple):
 
     def record(self) -> dict:
         """The ``pending_warp`` metainfo of a deferred sample (picklable, mmengine's types)."""
+        if self.keep is not None:  # the device's resize has no crop: never silently drop it
+            raise ValueError('a warp with a crop cannot be deferred to the model\'s device')
         return {'out_shape': (self.out_h, self.out_w), 'flip_direction': self.flip,
                 'interpolation': self.interpolation}
 
