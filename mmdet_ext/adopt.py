@@ -11,7 +11,10 @@ The call takes the config as defined so far (the bases, then the lines above it)
 - ``custom_imports``: adds ``mmdet_ext``;
 - datasets: ``CocoDataset`` -> ``LazyCocoDataset``, inside dataset wrappers too;
 - pipelines: ``LoadImageFromFile`` -> ``NativeLoadImageFromFile`` (when this build has OpenCV),
-  ``LoadAnnotations`` -> ``LoadLazyAnnotations`` (same ``with_mask``);
+  ``LoadAnnotations`` -> ``LoadLazyAnnotations`` (same ``with_mask``), ``CachedMosaic``,
+  ``CachedMixUp``, ``YOLOXHSVRandomAug`` -> ``FastCachedMosaic``, ``FastCachedMixUp``,
+  ``FastYOLOXHSVRandomAug`` (mmdet's results, less work); the pipeline a
+  ``PipelineSwitchHook`` switches to as well;
 - ``batch_sampler``: ``AspectRatioBatchSampler`` -> ``FastAspectRatioBatchSampler`` (same
   batches, the images' sizes read in bulk);
 - ``collate_fn``: ``fast_collate`` (padding as the model's preprocessor), where the dataloader
@@ -37,6 +40,9 @@ DATASET_TYPES = {'CocoDataset': 'LazyCocoDataset'}
 # decoder raises, so mmcv's stays.
 IMAGE_LOADER_TYPES = {'LoadImageFromFile': 'NativeLoadImageFromFile'}
 ANNOTATION_LOADER_TYPES = {'LoadAnnotations': 'LoadLazyAnnotations'}
+# The same results as mmdet's, without its redundant copies (transforms/mix_augment.py).
+MIX_AUGMENT_TYPES = {'CachedMosaic': 'FastCachedMosaic', 'CachedMixUp': 'FastCachedMixUp',
+                     'YOLOXHSVRandomAug': 'FastYOLOXHSVRandomAug'}
 PREPROCESSOR_TYPES = {'DetDataPreprocessor': 'FastDetDataPreprocessor'}
 BATCH_SAMPLER_TYPES = {'AspectRatioBatchSampler': 'FastAspectRatioBatchSampler'}
 DEFAULT_COLLATES = (None, 'pseudo_collate')
@@ -121,7 +127,7 @@ def adopt(config_globals: dict) -> None:
     # these are the file's own, which mmengine merges over the base after this call.
     config.merge_from_dict(copy.deepcopy(own))
 
-    transform_types = dict(ANNOTATION_LOADER_TYPES)
+    transform_types = dict(ANNOTATION_LOADER_TYPES, **MIX_AUGMENT_TYPES)
     if build_info()['opencv_version'] is not None:
         transform_types.update(IMAGE_LOADER_TYPES)
     model = config.get('model', {})
@@ -142,11 +148,22 @@ def adopt(config_globals: dict) -> None:
     runtime_hooks, checkpoint_type = _runtime_hooks()
     hooks = list(config.get('custom_hooks', []))
     present = {hook.get('type') for hook in hooks}
-    adopted['custom_hooks'] = hooks + [h for h in runtime_hooks if h['type'] not in present]
+    adopted['custom_hooks'] = [_adopt_hook(hook, transform_types) for hook in hooks] + [
+        h for h in runtime_hooks if h['type'] not in present]
     if 'checkpoint' in config.get('default_hooks', {}):
         adopted['default_hooks'] = _merged_into(own.get('default_hooks'),
                                                 dict(checkpoint=dict(type=checkpoint_type)))
     config_globals.update(adopted)
+
+
+def _adopt_hook(hook: dict, transform_types: dict[str, str]) -> dict:
+    """``hook``, with the pipeline a ``PipelineSwitchHook`` switches to adopted as the dataset's
+    (RTMDet's second stage)."""
+    hook_type = hook.get('type')
+    if isinstance(hook_type, str) and hook_type.removeprefix('mmdet.') == 'PipelineSwitchHook' \
+            and isinstance(hook.get('switch_pipeline'), list):
+        hook = dict(hook, switch_pipeline=_adopt_pipeline(hook['switch_pipeline'], transform_types))
+    return hook
 
 
 def _merged_into(own_value: Any, change: dict) -> dict:

@@ -2,6 +2,8 @@
 from .fused_loading import DEFERRED_META_KEYS, NativeLoadResizeFlip
 from .lazy_annotations import LoadLazyAnnotations
 from .loading import ImageLoadError, NativeLoadImageFromFile
+from .mix_augment import FastCachedMixUp, FastCachedMosaic, FastYOLOXHSVRandomAug
 
-__all__ = ['DEFERRED_META_KEYS', 'ImageLoadError', 'LoadLazyAnnotations', 'NativeLoadImageFromFile',
+__all__ = ['DEFERRED_META_KEYS', 'FastCachedMixUp', 'FastCachedMosaic', 'FastYOLOXHSVRandomAug',
+           'ImageLoadError', 'LoadLazyAnnotations', 'NativeLoadImageFromFile',
            'NativeLoadResizeFlip']

@@ -1,0 +1,210 @@
+"""RTMDet's mosaic, mix-up and colour jitter with mmdet's results, without its redundant work.
+
+``adopt()`` swaps mmdet 3.3's ``CachedMosaic``, ``CachedMixUp`` and ``YOLOXHSVRandomAug`` for
+these subclasses. Each makes the random draws its parent makes, in the same order (it calls the
+parent's own draw methods), keeps the caches as the parent keeps them (one snapshot of every
+sample, the same pop rule), and gives the same ``results``: the same image bits, boxes, labels,
+ignore flags and masks (``tests/test_mix_augment.py`` runs both on the same seeds, sample after
+sample, caches filled). What they leave out:
+
+- ``CachedMosaic`` deep-copies each of the four patches twice more after the cache's snapshot
+  (``mix_results``, then ``results_patch``), only to read them. Here the patches are read where
+  they are (the cache's snapshots and ``results``), and only what mmdet changes in place, the
+  boxes, is cloned first; a patch already at its mosaic size is pasted without the resize's copy.
+- ``CachedMixUp`` deep-copies the retrieved snapshot, and builds its canvases in float64
+  (``np.ones(...) * pad_val``): a 640x640 image passes through three float64 images before it
+  is averaged in float32 and truncated. Where that is exact in 8 bits (uint8 colour images, a
+  pad value in 0..255, no scale jitter that resamples the float canvas), the canvas is uint8
+  and the average is ``floor((a + b) / 2)`` (``(a & b) + ((a ^ b) >> 1)``), which is what
+  ``(0.5 * a + 0.5 * b).astype(uint8)`` gives for 8-bit ``a`` and ``b`` (both halves and their
+  sum are exact in float32). Anything else runs mmdet's own code.
+- ``YOLOXHSVRandomAug`` shifts and clips the HSV channels as int16 images. Here the same
+  per-channel map is one table lookup (``cv2.LUT``) on the uint8 HSV image; other images run
+  mmdet's own code.
+"""
+import copy
+
+import cv2
+import mmcv
+import numpy as np
+from mmdet.datasets.transforms import CachedMixUp, CachedMosaic, YOLOXHSVRandomAug
+from mmdet.registry import TRANSFORMS
+from mmdet.structures.bbox import autocast_box_type
+
+LOCATIONS = ('top_left', 'top_right', 'bottom_left', 'bottom_right')
+
+
+def _snapshot_into(cache: list, results: dict, limit: int, random_pop: bool) -> None:
+    """The cache rule both cached transforms share with mmdet: a deep copy of every sample
+    appended, and past ``limit`` one popped, the oldest or one drawn as mmdet draws it (numpy's
+    ``randint(0, len - 1)``, which never picks the sample just appended)."""
+    cache.append(copy.deepcopy(results))
+    if len(cache) > limit:
+        cache.pop(np.random.randint(0, len(cache) - 1) if random_pop else 0)
+
+
+def _resized(img: np.ndarray, size_wh: tuple) -> np.ndarray:
+    """``mmcv.imresize(img, size_wh)``; an image already that size is given back as it is (cv2
+    copies it unchanged), to be read, not written."""
+    if (img.shape[1], img.shape[0]) == tuple(size_wh):
+        return img
+    return mmcv.imresize(img, size_wh)
+
+
+def _is_byte_colour(img: np.ndarray) -> bool:
+    return img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3
+
+
+@TRANSFORMS.register_module()
+class FastCachedMosaic(CachedMosaic):
+    """mmdet's ``CachedMosaic`` (same arguments, draws, cache and results; module doc)."""
+
+    @autocast_box_type()
+    def transform(self, results: dict) -> dict:
+        _snapshot_into(self.results_cache, results, self.max_cached_images, self.random_pop)
+        if len(self.results_cache) <= 4 or np.random.uniform(0, 1) > self.prob:
+            return results
+        patches = [results] + [self.results_cache[i] for i in self.get_indexes(self.results_cache)]
+        width, height = self.img_scale
+        img = results['img']
+        canvas = np.full((int(height * 2), int(width * 2)) + ((3,) if img.ndim == 3 else ()),
+                         self.pad_val, dtype=img.dtype)
+        # the centre's two draws come after the patches' indexes, as in mmdet
+        center = (int(np.random.uniform(*self.center_ratio_range) * width),
+                  int(np.random.uniform(*self.center_ratio_range) * height))
+        with_mask = 'gt_masks' in results
+        boxes, labels, ignore_flags, masks = [], [], [], []
+        for loc, patch in zip(LOCATIONS, patches):
+            patch_h, patch_w = patch['img'].shape[:2]
+            scale = min(height / patch_h, width / patch_w)
+            patch_img = _resized(patch['img'], (int(patch_w * scale), int(patch_h * scale)))
+            (px1, py1, px2, py2), (cx1, cy1, cx2, cy2) = self._mosaic_combine(
+                loc, center, patch_img.shape[:2][::-1])
+            canvas[py1:py2, px1:px2] = patch_img[cy1:cy2, cx1:cx2]
+            shift_x, shift_y = px1 - cx1, py1 - cy1
+            patch_boxes = patch['gt_bboxes'].clone()
+            patch_boxes.rescale_([scale, scale])
+            patch_boxes.translate_([shift_x, shift_y])
+            boxes.append(patch_boxes)
+            labels.append(patch['gt_bboxes_labels'])
+            ignore_flags.append(patch['gt_ignore_flags'])
+            if with_mask and patch.get('gt_masks', None) is not None:
+                out_shape = (int(width * 2), int(height * 2))
+                patch_masks = patch['gt_masks'].rescale(float(scale))
+                patch_masks = patch_masks.translate(out_shape=out_shape, offset=shift_x,
+                                                    direction='horizontal')
+                masks.append(patch_masks.translate(out_shape=out_shape, offset=shift_y,
+                                                   direction='vertical'))
+        boxes = boxes[0].cat(boxes, 0)
+        if self.bbox_clip_border:
+            boxes.clip_([2 * height, 2 * width])
+        inside = boxes.is_inside([2 * height, 2 * width]).numpy()
+        results['img'] = canvas
+        results['img_shape'] = canvas.shape[:2]
+        results['gt_bboxes'] = boxes[inside]
+        results['gt_bboxes_labels'] = np.concatenate(labels, 0)[inside]
+        results['gt_ignore_flags'] = np.concatenate(ignore_flags, 0)[inside]
+        if with_mask:
+            results['gt_masks'] = masks[0].cat(masks)[inside]
+        return results
+
+
+@TRANSFORMS.register_module()
+class FastCachedMixUp(CachedMixUp):
+    """mmdet's ``CachedMixUp`` (same arguments, draws, cache and results; module doc)."""
+
+    @autocast_box_type()
+    def transform(self, results: dict) -> dict:
+        pad = np.asarray(self.pad_val, dtype=np.float64)  # a value, or one per channel
+        if not (_is_byte_colour(results['img']) and pad.shape in ((), (3,))
+                and np.all((pad >= 0) & (pad <= 255))):
+            return super().transform(results)
+        # What mmdet's transform would start from, should a draw below leave the 8-bit case.
+        state, cache = np.random.get_state(), list(self.results_cache)
+        _snapshot_into(self.results_cache, results, self.max_cached_images, self.random_pop)
+        if len(self.results_cache) <= 1 or np.random.uniform(0, 1) > self.prob:
+            return results
+        retrieved = self.results_cache[self.get_indexes(self.results_cache)]
+        if retrieved['gt_bboxes'].shape[0] == 0:
+            return results
+        jit_factor = np.random.uniform(*self.ratio_range)
+        is_flip = np.random.uniform(0, 1) > self.flip_ratio
+        width, height = self.dynamic_scale
+        if not (_is_byte_colour(retrieved['img'])
+                and (int(width * jit_factor), int(height * jit_factor)) == (width, height)):
+            np.random.set_state(state)
+            self.results_cache[:] = cache
+            return super().transform(results)
+        img = results['img']
+        scale = min(height / retrieved['img'].shape[0], width / retrieved['img'].shape[1])
+        small = _resized(retrieved['img'], (int(retrieved['img'].shape[1] * scale),
+                                            int(retrieved['img'].shape[0] * scale)))
+        target_h, target_w = img.shape[:2]
+        # mmdet's float canvas, flipped, then padded to the target's size: one uint8 image
+        canvas = np.empty((max(height, target_h), max(width, target_w), 3), dtype=np.uint8)
+        canvas[...] = pad.astype(np.uint8)  # mmdet's float to uint8 cast: truncation
+        canvas[:small.shape[0], :small.shape[1]] = small
+        if is_flip:
+            canvas[:height, :width] = canvas[:height, :width][:, ::-1].copy()
+        y_offset = np.random.randint(0, canvas.shape[0] - target_h) if canvas.shape[0] > target_h \
+            else 0
+        x_offset = np.random.randint(0, canvas.shape[1] - target_w) if canvas.shape[1] > target_w \
+            else 0
+        mixed = canvas[y_offset:y_offset + target_h, x_offset:x_offset + target_w]
+        mixed = (img & mixed) + ((img ^ mixed) >> 1)
+        return self._mix_annotations(results, retrieved, mixed, scale * jit_factor, is_flip,
+                                     (height, width), (x_offset, y_offset))
+
+    def _mix_annotations(self, results: dict, retrieved: dict, mixed: np.ndarray, scale: float,
+                         is_flip: bool, scaled_hw: tuple, offset_xy: tuple) -> dict:
+        """``results`` with the retrieved sample's boxes, labels, flags and masks added as mmdet
+        maps them (scaled, clipped to the jittered canvas, flipped in it, shifted by the crop,
+        clipped to the target; those outside the target dropped)."""
+        target_h, target_w = mixed.shape[:2]
+        boxes = retrieved['gt_bboxes'].clone()
+        boxes.rescale_([scale, scale])
+        with_mask = 'gt_masks' in results
+        if with_mask:
+            masks = retrieved['gt_masks'].rescale(scale)
+        if self.bbox_clip_border:
+            boxes.clip_(list(scaled_hw))
+        if is_flip:
+            boxes.flip_(list(scaled_hw), direction='horizontal')
+            if with_mask:
+                masks = masks.flip()
+        boxes.translate_([-offset_xy[0], -offset_xy[1]])
+        if with_mask:
+            masks = masks.translate(out_shape=(target_h, target_w), offset=-offset_xy[0],
+                                    direction='horizontal')
+            masks = masks.translate(out_shape=(target_h, target_w), offset=-offset_xy[1],
+                                    direction='vertical')
+        if self.bbox_clip_border:
+            boxes.clip_([target_h, target_w])
+        boxes = boxes.cat((results['gt_bboxes'], boxes), dim=0)
+        inside = boxes.is_inside([target_h, target_w]).numpy()
+        results['img'] = mixed
+        results['img_shape'] = mixed.shape[:2]
+        results['gt_bboxes'] = boxes[inside]
+        for key in ('gt_bboxes_labels', 'gt_ignore_flags'):
+            results[key] = np.concatenate((results[key], retrieved[key]), axis=0)[inside]
+        if with_mask:
+            results['gt_masks'] = masks.cat([results['gt_masks'], masks])[inside]
+        return results
+
+
+@TRANSFORMS.register_module()
+class FastYOLOXHSVRandomAug(YOLOXHSVRandomAug):
+    """mmdet's ``YOLOXHSVRandomAug`` (same arguments, draws and image; module doc)."""
+
+    def transform(self, results: dict) -> dict:
+        img = results['img']
+        if not _is_byte_colour(img):
+            return super().transform(results)
+        gains = self._get_hsv_gains().astype(np.int64)
+        values = np.arange(256, dtype=np.int64)
+        table = np.stack([(values + gains[0]) % 180, np.clip(values + gains[1], 0, 255),
+                          np.clip(values + gains[2], 0, 255)], axis=-1).astype(np.uint8)
+        hsv = cv2.cvtColor(img, cv2.COLOR_BGR2HSV)
+        cv2.cvtColor(cv2.LUT(hsv, table.reshape(256, 1, 3)), cv2.COLOR_HSV2BGR, dst=img)
+        results['img'] = img
+        return results
