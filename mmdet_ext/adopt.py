@@ -12,8 +12,8 @@ The call takes the config as defined so far (the bases, then the lines above it)
 - datasets: ``CocoDataset`` -> ``LazyCocoDataset``, inside dataset wrappers too;
 - pipelines: ``LoadImageFromFile`` -> ``NativeLoadImageFromFile`` (when this build has OpenCV),
   ``LoadAnnotations`` -> ``LoadLazyAnnotations`` (same ``with_mask``), ``CachedMosaic``,
-  ``CachedMixUp``, ``YOLOXHSVRandomAug`` -> ``FastCachedMosaic``, ``FastCachedMixUp``,
-  ``FastYOLOXHSVRandomAug`` (mmdet's results, less work); the pipeline a
+  ``CachedMixUp``, ``YOLOXHSVRandomAug``, ``Pad`` -> ``FastCachedMosaic``, ``FastCachedMixUp``,
+  ``FastYOLOXHSVRandomAug``, ``FastPad`` (mmdet's results, less work); the pipeline a
   ``PipelineSwitchHook`` switches to as well;
 - ``batch_sampler``: ``AspectRatioBatchSampler`` -> ``FastAspectRatioBatchSampler`` (same
   batches, the images' sizes read in bulk);
@@ -42,7 +42,7 @@ IMAGE_LOADER_TYPES = {'LoadImageFromFile': 'NativeLoadImageFromFile'}
 ANNOTATION_LOADER_TYPES = {'LoadAnnotations': 'LoadLazyAnnotations'}
 # The same results as mmdet's, without its redundant copies (transforms/mix_augment.py).
 MIX_AUGMENT_TYPES = {'CachedMosaic': 'FastCachedMosaic', 'CachedMixUp': 'FastCachedMixUp',
-                     'YOLOXHSVRandomAug': 'FastYOLOXHSVRandomAug'}
+                     'YOLOXHSVRandomAug': 'FastYOLOXHSVRandomAug', 'Pad': 'FastPad'}
 PREPROCESSOR_TYPES = {'DetDataPreprocessor': 'FastDetDataPreprocessor'}
 BATCH_SAMPLER_TYPES = {'AspectRatioBatchSampler': 'FastAspectRatioBatchSampler'}
 DEFAULT_COLLATES = (None, 'pseudo_collate')

@@ -21,8 +21,9 @@ from mmdet.structures.mask import BitmapMasks, PolygonMasks
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from mmdet_ext.transforms import (FastCachedMixUp, FastCachedMosaic, FastYOLOXHSVRandomAug,
-                                  LoadLazyAnnotations)
+from mmdet_ext.transforms.mix_augment import CACHED_KEYS
+from mmdet_ext.transforms import (FastCachedMixUp, FastCachedMosaic, FastPad,
+                                  FastYOLOXHSVRandomAug, LoadLazyAnnotations)
 from mmdet_ext.toy_data import CATEGORIES as TOY_CLASSES
 
 RTMDET_INS_TINY = 'mmdet::rtmdet/rtmdet-ins_tiny_8xb32-300e_coco.py'
@@ -75,6 +76,18 @@ def _same(a, b, where: str) -> None:
         assert a == b, where
 
 
+def _overwrite(results: dict) -> None:
+    """What a later transform may do to its input: change its arrays in place. A cache that
+    shared them with the output would then differ from mmdet's."""
+    for key in ('img', 'gt_bboxes_labels', 'gt_ignore_flags'):
+        results[key].flags.writeable and results[key].fill(1)
+    results['gt_bboxes'].tensor.fill_(1.0)
+    if isinstance(results.get('gt_masks'), PolygonMasks):
+        for polygons in results['gt_masks'].masks:
+            for polygon in polygons:
+                polygon.fill(1.0)
+
+
 def _run_both(theirs, ours, samples: list) -> int:
     """Both transforms on every sample from the same random states; returns how many samples the
     transform changed (so that a test knows its path ran)."""
@@ -90,10 +103,14 @@ def _run_both(theirs, ours, samples: list) -> int:
         assert random.getstate() == after[0], f'sample {step}: python draws differ'
         assert all(np.array_equal(x, y) for x, y in zip(np.random.get_state(), after[1]))
         _same(expected, got, f'sample {step}')
+        for output in (expected, got):
+            _overwrite(output)
         changed += expected['img'].shape != sample['img'].shape or not np.array_equal(
             expected['img'], sample['img'])
-    _same(theirs.results_cache if hasattr(theirs, 'results_cache') else None,
-          ours.results_cache if hasattr(ours, 'results_cache') else None, 'cache')
+    # the caches hold the same of what the transforms read (mmdet's holds all of each sample)
+    _same(*[[{key: entry[key] for key in CACHED_KEYS if key in entry}
+             for entry in getattr(transform, 'results_cache', [])]
+            for transform in (theirs, ours)], 'cache')
     return changed
 
 
@@ -141,6 +158,26 @@ def test_hsv_jitter_matches_mmdet(toy_coco_root, to_float32):
     samples[0]['img'] = np.ascontiguousarray(samples[0]['img'])[5:-5, 7:-3]
     changed = _run_both(YOLOXHSVRandomAug(), FastYOLOXHSVRandomAug(), samples)
     assert changed >= len(samples) // 2
+
+
+PADS = [dict(size=(640, 640), pad_val=dict(img=(114, 114, 114))), dict(size_divisor=32),
+        dict(pad_to_square=True, pad_val=dict(img=7, seg=255))]
+VIEWS = {'flipped': lambda img: img[:, ::-1], 'flipped vertically': lambda img: img[::-1],
+         'flipped both ways': lambda img: img[::-1, ::-1], 'cropped': lambda img: img[3:-5, 2:-9],
+         'channels reversed': lambda img: img[..., ::-1], 'gray flipped': lambda img: img[:, ::-1, 0],
+         'float32 flipped': lambda img: img.astype(np.float32)[:, ::-1],
+         'int64 flipped': lambda img: img.astype(np.int64)[:, ::-1]}
+
+
+@pytest.mark.parametrize('kwargs', PADS, ids=['rtmdet', 'divisor', 'square'])
+@pytest.mark.parametrize('view', list(VIEWS))
+def test_pad_matches_mmdet(toy_coco_root, kwargs, view):
+    samples = _samples(toy_coco_root, lazy=False)[:8]
+    if view.startswith('gray') and 'pad_val' in kwargs:  # one value per channel: one channel
+        kwargs = dict(kwargs, pad_val=dict(img=114))
+    for sample in samples:
+        sample['img'] = VIEWS[view](sample['img'])
+    _run_both(Pad(**kwargs), FastPad(**kwargs), samples)
 
 
 def _loader_batches(config: Config, epochs: int) -> list:

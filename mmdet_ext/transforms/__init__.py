@@ -2,8 +2,9 @@
 from .fused_loading import DEFERRED_META_KEYS, NativeLoadResizeFlip
 from .lazy_annotations import LoadLazyAnnotations
 from .loading import ImageLoadError, NativeLoadImageFromFile
-from .mix_augment import FastCachedMixUp, FastCachedMosaic, FastYOLOXHSVRandomAug
+from .mix_augment import FastCachedMixUp, FastCachedMosaic, FastPad, FastYOLOXHSVRandomAug
 
-__all__ = ['DEFERRED_META_KEYS', 'FastCachedMixUp', 'FastCachedMosaic', 'FastYOLOXHSVRandomAug',
+__all__ = ['DEFERRED_META_KEYS', 'FastCachedMixUp', 'FastCachedMosaic', 'FastPad',
+           'FastYOLOXHSVRandomAug',
            'ImageLoadError', 'LoadLazyAnnotations', 'NativeLoadImageFromFile',
            'NativeLoadResizeFlip']
