@@ -6,7 +6,8 @@ generated set; adopted: the same plus ``adopt(globals())``); each dataset is bui
 config's ``train_dataloader.dataset`` as the Runner builds it, and its innermost dataset's
 pipeline is run by hand, sample after sample (``get_data_info``, then each transform in order,
 the calls ``Compose`` makes), one process, one thread (OpenCV's too, as the Runner sets it), warm
-page cache, each transform's time summed over the pass. The mosaic and mix-up caches fill during
+page cache, each transform's time summed over the pass. The adopted pipeline may have fewer
+steps (``ResizeCrop`` is a resize and a crop): the two columns are each pipeline in its order. The mosaic and mix-up caches fill during
 an untimed first pass over the same samples, as in training after the first few batches.
 
 Data: ``benchmarks/batched_fetch.make_dataset``'s 640x480 photo crops with COCO-like instances
@@ -16,6 +17,7 @@ Data: ``benchmarks/batched_fetch.make_dataset``'s 640x480 photo crops with COCO-
         [--passes 3] [--out benchmarks/results/zoo_transforms.md]
 """
 import argparse
+import itertools
 import os
 import platform
 import random
@@ -72,6 +74,10 @@ def stage_times(dataset, passes: int, seed: int = 0) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in runs.items()}
 
 
+def _ms(value) -> str:
+    return '' if value is None else f'{value:.2f}'
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--only', nargs='+', default=['rtmdet-ins_tiny'],
@@ -102,8 +108,9 @@ def main() -> None:
             lines += [f'## {name} (`{zoo}`)', '', '| step | stock | adopted step | adopted |',
                       '|---|---:|---|---:|']
             stock, adopted = list(times['stock'].items()), list(times['adopted'].items())
-            for (s_name, s_ms), (a_name, a_ms) in zip(stock, adopted):
-                lines.append(f'| {s_name} | {s_ms:.2f} | {a_name} | {a_ms:.2f} |')
+            for (s_name, s_ms), (a_name, a_ms) in itertools.zip_longest(
+                    stock, adopted, fillvalue=('', None)):
+                lines.append(f'| {s_name} | {_ms(s_ms)} | {a_name} | {_ms(a_ms)} |')
             total_s, total_a = sum(times['stock'].values()), sum(times['adopted'].values())
             lines += [f'| **total** | **{total_s:.2f}** | | **{total_a:.2f}** |', '',
                       f'stock / adopted: {total_s / total_a:.2f}x', '']

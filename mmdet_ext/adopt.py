@@ -13,7 +13,9 @@ The call takes the config as defined so far (the bases, then the lines above it)
 - pipelines: ``LoadImageFromFile`` -> ``NativeLoadImageFromFile`` (when this build has OpenCV),
   ``LoadAnnotations`` -> ``LoadLazyAnnotations`` (same ``with_mask``), ``CachedMosaic``,
   ``CachedMixUp``, ``YOLOXHSVRandomAug``, ``Pad`` -> ``FastCachedMosaic``, ``FastCachedMixUp``,
-  ``FastYOLOXHSVRandomAug``, ``FastPad`` (mmdet's results, less work); the pipeline a
+  ``FastYOLOXHSVRandomAug``, ``FastPad`` (mmdet's results, less work), a resize then a
+  ``RandomCrop`` -> ``ResizeCrop`` of the two (only the kept part resized) where the resize does
+  not follow the loading steps (there the batch engine plans them); the pipeline a
   ``PipelineSwitchHook`` switches to as well;
 - ``batch_sampler``: ``AspectRatioBatchSampler`` -> ``FastAspectRatioBatchSampler`` (same
   batches, the images' sizes read in bulk);
@@ -45,6 +47,11 @@ MIX_AUGMENT_TYPES = {'CachedMosaic': 'FastCachedMosaic', 'CachedMixUp': 'FastCac
                      'YOLOXHSVRandomAug': 'FastYOLOXHSVRandomAug', 'Pad': 'FastPad'}
 PREPROCESSOR_TYPES = {'DetDataPreprocessor': 'FastDetDataPreprocessor'}
 BATCH_SAMPLER_TYPES = {'AspectRatioBatchSampler': 'FastAspectRatioBatchSampler'}
+# A resize then a RandomCrop become one ResizeCrop (only the kept part resized), unless the resize
+# comes straight after the loading steps, where the batch engine plans the pair itself.
+RESIZE_TYPES = ('Resize', 'RandomResize', 'RandomChoiceResize')
+LOADING_TYPES = ('LoadImageFromFile', 'NativeLoadImageFromFile', 'LoadAnnotations',
+                 'LoadLazyAnnotations')
 DEFAULT_COLLATES = (None, 'pseudo_collate')
 RUNTIME_CONFIG = Path(__file__).resolve().parent / '.mim' / 'configs' / '_base_' / \
     'mmdet_ext_runtime.py'
@@ -67,8 +74,17 @@ def _adopt_pipeline(pipeline: list, transform_types: dict[str, str]) -> list:
             # mmdet's LoadAnnotations loads no masks unless asked; ours does by default.
             transform['with_mask'] = transform.get('with_mask', False)
         transform['type'] = new_type
+        if _type_name(transform) == 'RandomCrop' and adopted and \
+                _type_name(adopted[-1]) in RESIZE_TYPES and \
+                (len(adopted) < 2 or _type_name(adopted[-2]) not in LOADING_TYPES):
+            transform = dict(type='ResizeCrop', resize=adopted.pop(), crop=transform)
         adopted.append(transform)
     return adopted
+
+
+def _type_name(transform: dict) -> Any:
+    name = transform.get('type')
+    return name.removeprefix('mmdet.') if isinstance(name, str) else name
 
 
 def _adopt_dataset(dataset: dict, transform_types: dict[str, str]) -> dict:

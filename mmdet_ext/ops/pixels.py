@@ -1,5 +1,6 @@
-"""Pixel ops of the pipeline: ``warp_image`` (resize + flip, CPU), ``normalize_batch`` (CPU and
-CUDA), ``resize_normalize_batch`` (CPU and CUDA) (kernels: ``csrc/transforms/``)."""
+"""Pixel ops of the pipeline: ``warp_image`` (resize + flip, CPU), ``resize_part`` (the part of
+a resize a crop keeps, CPU), ``normalize_batch`` (CPU and CUDA), ``resize_normalize_batch`` (CPU
+and CUDA) (kernels: ``csrc/transforms/``)."""
 import torch
 
 from .._native import _C  # noqa: F401  (registers the schemas the fake kernels attach to)
@@ -49,6 +50,32 @@ def _warp_image_fake(image: torch.Tensor, out_height: int, out_width: int, inter
     torch._check(image.dtype == torch.uint8 and image.dim() == 3)
     height, width = (out_height, out_width) if keep is None else keep[2:]
     return image.new_empty((image.shape[2], height, width))
+
+
+def resize_part(image: torch.Tensor, out_shape: tuple[int, int],
+                keep: tuple[int, int, int, int]) -> torch.Tensor:
+    """The part of an image's bilinear resize that a crop keeps, without the rest of it.
+
+    Args:
+        image (Tensor[H, W, C] uint8): C <= 4, on the CPU.
+        out_shape: (h, w) in px, both >= 1: the whole resized image's size.
+        keep: (y, x, kh, kw) in px, the part kept, inside the resized image.
+
+    Returns:
+        A new Tensor[kh, kw, C] uint8 equal to
+        ``mmcv.imresize(img, (w, h))[y:y + kh, x:x + kw]`` (cv2 backend, bilinear): computed
+        alone with cv::resize's fixed-point arithmetic where cv::resize takes that path, else
+        cropped from cv::resize's whole image (a resize to the same size, an exact halving).
+    """
+    out_h, out_w = (int(v) for v in out_shape)
+    return torch.ops.mmdet_ext.resize_part(image, out_h, out_w, [int(v) for v in keep])
+
+
+@register_fake('mmdet_ext::resize_part')
+def _resize_part_fake(image: torch.Tensor, out_height: int, out_width: int,
+                      keep: list[int]) -> torch.Tensor:
+    torch._check(image.dtype == torch.uint8 and image.dim() == 3)
+    return image.new_empty((keep[2], keep[3], image.shape[2]))
 
 
 def normalize_batch(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,

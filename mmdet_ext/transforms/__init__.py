@@ -2,9 +2,10 @@
 from .fused_loading import DEFERRED_META_KEYS, NativeLoadResizeFlip
 from .lazy_annotations import LoadLazyAnnotations
 from .loading import ImageLoadError, NativeLoadImageFromFile
+from .resize_crop import ResizeCrop
 from .mix_augment import FastCachedMixUp, FastCachedMosaic, FastPad, FastYOLOXHSVRandomAug
 
 __all__ = ['DEFERRED_META_KEYS', 'FastCachedMixUp', 'FastCachedMosaic', 'FastPad',
            'FastYOLOXHSVRandomAug',
            'ImageLoadError', 'LoadLazyAnnotations', 'NativeLoadImageFromFile',
-           'NativeLoadResizeFlip']
+           'NativeLoadResizeFlip', 'ResizeCrop']

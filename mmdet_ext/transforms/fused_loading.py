@@ -1,6 +1,6 @@
 """Load + Resize + RandomFlip as one transform: decode (reduced-size when the target allows it),
 then resize and flip in one native call."""
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 import mmcv
 import numpy as np
@@ -120,6 +120,31 @@ def stand_in_image(height: int, width: int) -> np.ndarray:
     image = np.ndarray((height, width), np.uint8, _ZERO_BYTE, strides=(0, 0))
     image.flags.writeable = False
     return image
+
+
+def crop_on_stand_in(crop: Any, filters: Sequence, results: dict,
+                     owner: str) -> Optional[tuple[int, int, int, int]]:
+    """Run mmdet's own ``crop`` (a ``RandomCrop``), then ``filters`` (``FilterAnnotations``), on
+    ``results``, whose ``img`` is a stand-in of the resized image's shape: their random draws,
+    annotation maths and keys are theirs. Returns the part of the resized image the crop keeps,
+    (y, x, h, w), or None where a step returned None. The crop's offset is read from the
+    homography matrix it records (a translation by (-x, -y)), which is then composed as it
+    composes it. ``owner`` names the caller in the error a crop of another kind raises."""
+    before = results.get('homography_matrix', None)
+    results['homography_matrix'] = None
+    if crop(results) is None:
+        return None
+    moved = results['homography_matrix']
+    if not (moved[:2, :2] == np.eye(2)).all():
+        raise RuntimeError(f'{owner}: {type(crop).__name__} recorded {moved.tolist()}, not a '
+                           'translation')
+    results['homography_matrix'] = moved if before is None else moved @ before
+    height, width = results['img'].shape[:2]
+    keep = (int(-moved[1, 2]), int(-moved[0, 2]), height, width)
+    for step in filters:
+        if step(results) is None:
+            return None
+    return keep
 
 
 def plannable(header: Optional[ImageHeader], color_type: str, results: dict) -> bool:
@@ -448,28 +473,10 @@ class NativeLoadResizeFlip(BaseTransform):
         return warp
 
     def _crop(self, results: dict) -> Optional[tuple[int, int, int, int]]:
-        """Run the steps between the resize and the flip (``crop_steps``: mmdet's own
-        ``RandomCrop``, then ``FilterAnnotations``) on ``results``, whose ``img`` is a stand-in
-        of the resized image's shape: their random draws, annotation maths and keys are theirs.
-        Returns the part of the resized image the crop keeps, (y, x, h, w), or None where a
-        step returned None. The crop's offset is read from the homography matrix it records
-        (a translation by (-x, -y)), which is then composed as it composes it."""
-        before = results.get('homography_matrix', None)
-        results['homography_matrix'] = None
+        """``crop_on_stand_in`` of the steps between the resize and the flip (``crop_steps``:
+        mmdet's own ``RandomCrop``, then ``FilterAnnotations``)."""
         crop, *filters = self.crop_steps
-        if crop(results) is None:
-            return None
-        moved = results['homography_matrix']
-        if not (moved[:2, :2] == np.eye(2)).all():
-            raise RuntimeError(f'NativeLoadResizeFlip: {type(crop).__name__} recorded '
-                               f'{moved.tolist()}, not a translation')
-        results['homography_matrix'] = moved if before is None else moved @ before
-        height, width = results['img'].shape[:2]
-        keep = (int(-moved[1, 2]), int(-moved[0, 2]), height, width)
-        for step in filters:
-            if step(results) is None:
-                return None
-        return keep
+        return crop_on_stand_in(crop, filters, results, type(self).__name__)
 
     def _set_warped_image(self, results: dict, planar: np.ndarray) -> None:
         """``img`` of a sample resized here, from its CxHxW pixels: an HWC view of them. Why:

@@ -1,0 +1,153 @@
+// The part of a bilinear resize that a crop keeps, computed alone (mmdet_ext::resize_part, and the
+// reference it is checked against: cv::resize, tests/test_resize_part.py).
+#pragma once
+
+#ifdef MMDET_EXT_WITH_OPENCV
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <opencv2/core.hpp>
+
+namespace mmdet_ext {
+
+// cv::resize's bilinear arithmetic on 8-bit images (INTER_LINEAR, its fixed-point path), for a
+// part of the output only: the pixels it computes are those cv::resize computes there, bit for
+// bit, but the rows and columns outside the part are never computed. Why: a crop after the
+// resize (mmdet's RandomCrop in large scale jitter) keeps about half of an image resized by up
+// to 2x, RTMDet's RandomCrop a quarter of its mosaic resized by 0.5 to 2 on average); cv::resize
+// cannot compute a part (its tables depend on the whole output size).
+// The arithmetic, as OpenCV's resize.cpp has it: source coordinate (d + 0.5) * scale - 0.5 in
+// double, rounded to float, floored; weights (1 - f) and f times 2048 rounded to short; along a
+// row, s0 * w0 + s1 * w1 (a column left of the image: the first pixel, weights 2048 and 0; right
+// of its last pixel: that pixel times 2048); down the columns, the two rows' values shifted
+// right by 4, each times its weight shifted right by 16, summed, plus 2, shifted right by 2.
+namespace linear_part {
+
+constexpr int kWeightScale = 1 << 11;  // OpenCV's INTER_RESIZE_COEF_SCALE
+
+struct Tap {
+  int source;  // first source pixel (column) or row
+  short weight0;
+  short weight1;
+  bool edge;  // a column at or past the last source pixel: that pixel times kWeightScale
+};
+
+// The source coordinate of output pixel `d` and its fraction, as cv::resize computes them.
+inline void locate(int d, double scale, int* source, float* fraction) {
+  float f = static_cast<float>((d + 0.5) * scale - 0.5);
+  const int s = cvFloor(f);
+  *source = s;
+  *fraction = f - static_cast<float>(s);
+}
+
+inline Tap column_tap(int d, double scale, int width) {
+  int s;
+  float f;
+  locate(d, scale, &s, &f);
+  if (s < 0) s = 0, f = 0.f;
+  const bool edge = s + 1 >= width;
+  if (edge && s >= width - 1) s = width - 1, f = 0.f;
+  return {s, cv::saturate_cast<short>((1.f - f) * kWeightScale),
+          cv::saturate_cast<short>(f * kWeightScale), edge};
+}
+
+inline Tap row_tap(int d, double scale) {
+  int s;
+  float f;
+  locate(d, scale, &s, &f);  // rows are clamped when read, their weights are not
+  return {s, cv::saturate_cast<short>((1.f - f) * kWeightScale),
+          cv::saturate_cast<short>(f * kWeightScale), false};
+}
+
+// One source row resampled along x at the part's columns (`taps`), `cn` channels interleaved.
+template <int kChannels>
+inline void resample_row(const uint8_t* src, const std::vector<Tap>& taps, int cn, int* out) {
+  const int channels = kChannels > 0 ? kChannels : cn;
+  for (const Tap& tap : taps) {
+    const uint8_t* p = src + tap.source * channels;
+    if (tap.edge) {
+      for (int c = 0; c < channels; ++c) out[c] = p[c] * kWeightScale;
+    } else {
+      for (int c = 0; c < channels; ++c) {
+        out[c] = p[c] * tap.weight0 + p[c + channels] * tap.weight1;
+      }
+    }
+    out += channels;
+  }
+}
+
+inline void resample_row(const uint8_t* src, const std::vector<Tap>& taps, int cn, int* out) {
+  if (cn == 3) return resample_row<3>(src, taps, cn, out);
+  if (cn == 1) return resample_row<1>(src, taps, cn, out);
+  resample_row<0>(src, taps, cn, out);
+}
+
+// Two resampled rows blended into one output row of `count` values.
+inline void blend_rows(const int* row0, const int* row1, int weight0, int weight1, int count,
+                       uint8_t* out) {
+  for (int x = 0; x < count; ++x) {
+    const int v =
+        ((((row0[x] >> 4) * weight0) >> 16) + (((row1[x] >> 4) * weight1) >> 16) + 2) >> 2;
+    out[x] = static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+  }
+}
+
+// Whether cv::resize of `src_size` to `out_size` with INTER_LINEAR takes the path above: not
+// when the sizes are equal (a copy) or when it halves both sides exactly (its area filter).
+inline bool computes_like_resize(cv::Size src_size, cv::Size out_size) {
+  if (src_size == out_size) return false;
+  const double scale_x = 1. / (static_cast<double>(out_size.width) / src_size.width);
+  const double scale_y = 1. / (static_cast<double>(out_size.height) / src_size.height);
+  const int iscale_x = cv::saturate_cast<int>(scale_x);
+  const int iscale_y = cv::saturate_cast<int>(scale_y);
+  const bool area_fast = std::abs(scale_x - iscale_x) < DBL_EPSILON &&
+                         std::abs(scale_y - iscale_y) < DBL_EPSILON;
+  return !(area_fast && iscale_x == 2 && iscale_y == 2);
+}
+
+// The part `keep` of `src` (8-bit, 1 to 4 channels) resized to `out_size` bilinearly, into `dst`
+// (keep's size, src's type): what cv::resize(src, out_size, INTER_LINEAR)(keep) holds, where
+// computes_like_resize says cv::resize computes it this way.
+inline void resize_part(const cv::Mat& src, cv::Size out_size, cv::Rect keep, cv::Mat& dst) {
+  const int cn = src.channels();
+  const double scale_x = 1. / (static_cast<double>(out_size.width) / src.cols);
+  const double scale_y = 1. / (static_cast<double>(out_size.height) / src.rows);
+  std::vector<Tap> columns;
+  columns.reserve(keep.width);
+  for (int d = keep.x; d < keep.x + keep.width; ++d) {
+    columns.push_back(column_tap(d, scale_x, src.cols));
+  }
+  const int count = keep.width * cn;
+  thread_local std::vector<int> buffer;
+  if (buffer.size() < 2 * static_cast<size_t>(count)) buffer.resize(2 * static_cast<size_t>(count));
+  int* slots[2] = {buffer.data(), buffer.data() + count};
+  int slot_row[2] = {-1, -1};  // the source row each slot holds resampled
+  auto resampled = [&](int row, int keep_slot) -> int {
+    for (int i = 0; i < 2; ++i) {
+      if (slot_row[i] == row) return i;
+    }
+    const int i = keep_slot == 0 ? 1 : 0;
+    resample_row(src.ptr<uint8_t>(row), columns, cn, slots[i]);
+    slot_row[i] = row;
+    return i;
+  };
+  const int last = src.rows - 1;
+  for (int d = keep.y; d < keep.y + keep.height; ++d) {
+    const Tap tap = row_tap(d, scale_y);
+    const int row0 = std::min(std::max(tap.source, 0), last);
+    const int row1 = std::min(std::max(tap.source + 1, 0), last);
+    const int held = slot_row[0] == row1 ? 0 : (slot_row[1] == row1 ? 1 : -1);
+    const int slot0 = resampled(row0, held);
+    const int slot1 = resampled(row1, slot0);
+    blend_rows(slots[slot0], slots[slot1], tap.weight0, tap.weight1, count,
+               dst.ptr<uint8_t>(d - keep.y));
+  }
+}
+
+}  // namespace linear_part
+
+}  // namespace mmdet_ext
+#endif  // MMDET_EXT_WITH_OPENCV

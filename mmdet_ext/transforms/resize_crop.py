@@ -1,0 +1,83 @@
+"""mmdet's resize step then its ``RandomCrop``, with only the part of the resized image the crop
+keeps computed (RTMDet's mosaic: a 1280x1280 canvas resized by 0.5 to 2, of which 640x640 is
+kept: a quarter of the resized pixels on average).
+
+``adopt()`` puts ``ResizeCrop(resize=..., crop=...)`` for a ``Resize``, ``RandomResize`` or
+``RandomChoiceResize`` followed by a ``RandomCrop``, where the resize does not come straight after
+the loading steps (there the batch engine plans the pair itself: ``fused_mmdet_loading``). Both
+steps are built from their own configs and make their own random draws, in their order; the
+resize's keys and annotation maths are its own methods' (``Resize._resize_bboxes`` and the
+rest), the crop runs whole on a stand-in image of the resized shape (``crop_on_stand_in``, as the
+batch engine runs it), and the kept part is resized by ``ops.resize_part``: the same bits as
+``mmcv.imresize`` then the crop. Anything else (another interpolation or backend, an image that
+is not 8-bit with 1 to 4 channels, other step types) runs the two steps as they are.
+"""
+from typing import Optional
+
+import mmcv
+import numpy as np
+import torch
+from mmcv.transforms import BaseTransform, RandomChoiceResize, RandomResize
+from mmdet.datasets.transforms import RandomCrop, Resize
+from mmdet.structures.bbox import autocast_box_type
+
+from .._compat import draw_resize_scale, record_homography, resize_annotations, scale_size
+from ..ops import resize_part
+from ..registry import TRANSFORMS
+from .fused_loading import crop_on_stand_in, stand_in_image
+
+
+@TRANSFORMS.register_module()
+class ResizeCrop(BaseTransform):
+    """``resize`` (a ``Resize``, ``RandomResize`` or ``RandomChoiceResize`` config) then
+    ``crop`` (a ``RandomCrop`` config), with mmdet's results (module doc)."""
+
+    def __init__(self, resize: dict, crop: dict) -> None:
+        self.resize_step = TRANSFORMS.build(resize)
+        self.crop = TRANSFORMS.build(crop)
+        inner = getattr(self.resize_step, 'resize', self.resize_step)
+        self.resize = inner if type(inner) is Resize else None
+        self.planned = (self.resize is not None and type(self.crop) is RandomCrop
+                        and type(self.resize_step) in (Resize, RandomResize, RandomChoiceResize)
+                        and self.resize.interpolation == 'bilinear'
+                        and self.resize.backend == 'cv2')
+
+    def transform(self, results: dict) -> Optional[dict]:
+        img = results.get('img', None)
+        if not (self.planned and isinstance(img, np.ndarray) and img.dtype == np.uint8
+                and img.ndim == 3 and 1 <= img.shape[2] <= 4 and img.size):
+            results = self.resize_step(results)
+            return None if results is None else self.crop(results)
+        return self._planned(results)
+
+    @autocast_box_type()
+    def _planned(self, results: dict) -> Optional[dict]:
+        img = results['img']
+        height, width = img.shape[:2]
+        scale_idx = None
+        if self.resize_step is not self.resize:
+            scale_idx = draw_resize_scale(self.resize_step)
+        resize = self.resize
+        scale = resize.scale or scale_size((width, height), resize.scale_factor)
+        if resize.keep_ratio:
+            out_w, out_h = mmcv.rescale_size((width, height), scale)
+        else:
+            out_w, out_h = scale
+        results['scale'] = scale
+        results['img'] = stand_in_image(out_h, out_w)
+        results['img_shape'] = (out_h, out_w)
+        results['scale_factor'] = (out_w / width, out_h / height)
+        results['keep_ratio'] = resize.keep_ratio
+        resize_annotations(resize, results)
+        record_homography(resize, results)
+        if scale_idx is not None:  # RandomChoiceResize's keys, after its resize
+            results['scale_idx'] = scale_idx
+        keep = crop_on_stand_in(self.crop, (), results, type(self).__name__)
+        if keep is None:
+            return None
+        part = resize_part(torch.from_numpy(np.ascontiguousarray(img)), (out_h, out_w), keep)
+        results['img'] = part.numpy()
+        return results
+
+    def __repr__(self) -> str:
+        return f'{type(self).__name__}(resize={self.resize_step!r}, crop={self.crop!r})'
