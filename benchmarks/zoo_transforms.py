@@ -7,8 +7,9 @@ config's ``train_dataloader.dataset`` as the Runner builds it, and its innermost
 pipeline is run by hand, sample after sample (``get_data_info``, then each transform in order,
 the calls ``Compose`` makes), one process, one thread (OpenCV's too, as the Runner sets it), warm
 page cache, each transform's time summed over the pass. The adopted pipeline may have fewer
-steps (``ResizeCrop`` is a resize and a crop): the two columns are each pipeline in its order. The mosaic and mix-up caches fill during
-an untimed first pass over the same samples, as in training after the first few batches.
+steps (``ResizeCrop`` is a resize and a crop): the two columns are each pipeline in its order.
+The mosaic and mix-up caches fill during an untimed first pass over the same samples, as in
+training after the first few batches.
 
 Data: ``benchmarks/batched_fetch.make_dataset``'s 640x480 photo crops with COCO-like instances
 (``zoo_configs``' data).
