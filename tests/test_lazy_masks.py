@@ -211,3 +211,35 @@ def test_png_and_polygon_variants_rasterise_alike(toy_coco_root):
         for x, y in zip(ma, mb):
             union = np.logical_or(x, y).sum()
             assert np.logical_and(x, y).sum() / max(union, 1) > 0.8
+
+
+def _random_polygons(rng: np.random.Generator, dtype) -> list:
+    """Instances of 1 to 3 polygons of 3 to 12 points, some off the image, one dtype."""
+    return [[(rng.uniform(-20, 120, 2 * int(rng.integers(3, 13)))).astype(dtype)
+             for _ in range(int(rng.integers(1, 4)))] for _ in range(int(rng.integers(1, 9)))]
+
+
+@pytest.mark.parametrize('dtype', [np.float64, np.float32])
+def test_polygon_ops_on_joined_polygons_equal_a_call_per_polygon(dtype):
+    """``coordinatewise`` runs rescale, resize, flip and translate once on all polygons joined:
+    every coordinate and dtype as mmdet's ``PolygonMasks`` computes it polygon by polygon."""
+    from mmdet_ext._compat import translate_masks
+    from mmdet_ext.structures.lazy_masks import coordinatewise
+    rng = np.random.default_rng(3)
+    for case in range(200):
+        rows = _random_polygons(rng, dtype)
+        op, args = [('rescale', (float(rng.uniform(0.3, 2.5)),)),
+                    ('resize', ((int(rng.integers(5, 300)), int(rng.integers(5, 300))),)),
+                    ('flip', (str(rng.choice(['horizontal', 'vertical', 'diagonal'])),)),
+                    (translate_masks, ((90, 110), float(rng.uniform(-50, 50)),
+                                       str(rng.choice(['horizontal', 'vertical']))))][case % 4]
+        expected = (getattr(PolygonMasks(rows, 100, 100), op)(*args) if isinstance(op, str)
+                    else op(PolygonMasks(rows, 100, 100), *args)).masks
+        got = coordinatewise(rows, 100, 100, op, args, {})
+        assert len(got) == len(expected)
+        for got_row, expected_row in zip(got, expected):
+            assert len(got_row) == len(expected_row)
+            for a, b in zip(got_row, expected_row):
+                assert a.dtype == b.dtype and np.array_equal(a, b), (case, op)
+    mixed = [[np.zeros(6, np.float32)], [np.zeros(6, np.float64)]]
+    assert coordinatewise(mixed, 10, 10, 'flip', ('horizontal',), {}) is None
