@@ -22,8 +22,10 @@ sample, caches filled). What they leave out:
   through numpy's strided copy, which OpenCV makes of such a view, before its border is added;
   here the flipped view is copied by ``cv2.flip`` first.
 - ``YOLOXHSVRandomAug`` shifts and clips the HSV channels as int16 images. Here the same
-  per-channel map is one table lookup (``cv2.LUT``) on the uint8 HSV image; other images run
-  mmdet's own code.
+  per-channel map is one table lookup (``cv2.LUT``) on the uint8 HSV image, or, where the hue
+  is left as it is (its gain drawn 0: 3 samples in 5), ``cv2.add``'s saturating sum of the
+  saturation and value gains (nothing where they are 0 too); other images run mmdet's own
+  code.
 """
 import copy
 
@@ -244,11 +246,16 @@ class FastYOLOXHSVRandomAug(YOLOXHSVRandomAug):
         if not _is_byte_colour(img):
             return super().transform(results)
         gains = self._get_hsv_gains().astype(np.int64)
-        values = np.arange(256, dtype=np.int64)
-        table = np.stack([(values + gains[0]) % 180, np.clip(values + gains[1], 0, 255),
-                          np.clip(values + gains[2], 0, 255)], axis=-1).astype(np.uint8)
         hsv = cv2.cvtColor(img, cv2.COLOR_BGR2HSV)
-        cv2.cvtColor(cv2.LUT(hsv, table.reshape(256, 1, 3)), cv2.COLOR_HSV2BGR, dst=img)
+        if gains[0] == 0:  # hues as they are: S and V clipped sums, cv2.add's saturation
+            if gains[1] or gains[2]:
+                hsv = cv2.add(hsv, (0.0, float(gains[1]), float(gains[2]), 0.0))
+        else:
+            values = np.arange(256, dtype=np.int64)
+            table = np.stack([(values + gains[0]) % 180, np.clip(values + gains[1], 0, 255),
+                              np.clip(values + gains[2], 0, 255)], axis=-1).astype(np.uint8)
+            hsv = cv2.LUT(hsv, table.reshape(256, 1, 3))
+        cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR, dst=img)
         results['img'] = img
         return results
 
