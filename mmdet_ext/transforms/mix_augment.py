@@ -10,7 +10,8 @@ sample, caches filled). What they leave out:
 - ``CachedMosaic`` deep-copies each of the four patches twice more after the cache's snapshot
   (``mix_results``, then ``results_patch``), only to read them. Here the patches are read where
   they are (the cache's snapshots and ``results``), and only what mmdet changes in place, the
-  boxes, is cloned first; a patch already at its mosaic size is pasted without the resize's copy.
+  boxes, is cloned first; a patch already at its mosaic size is pasted without the resize's copy,
+  and only the canvas around the patches is filled with the pad value.
 - ``CachedMixUp`` deep-copies the retrieved snapshot, and builds its canvases in float64
   (``np.ones(...) * pad_val``): a 640x640 image passes through three float64 images before it
   is averaged in float32 and truncated. Where that is exact in 8 bits (uint8 colour images, a
@@ -92,6 +93,21 @@ def _contiguous_if_flipped(img: np.ndarray) -> np.ndarray:
                     flip_code)
 
 
+def _fill_around(canvas: np.ndarray, quadrant: tuple, pasted: tuple, fill: np.ndarray) -> None:
+    """``fill`` the part of ``canvas``'s ``quadrant`` around ``pasted`` (a part of it; both
+    (y1, y2, x1, x2)): with the four patches pasted, the mosaic's canvas is then what mmdet's
+    is (filled, then pasted on) without the pasted pixels written twice."""
+    qy1, qy2, qx1, qx2 = quadrant
+    py1, py2, px1, px2 = pasted
+    if py2 <= py1 or px2 <= px1:
+        canvas[qy1:qy2, qx1:qx2] = fill
+        return
+    canvas[qy1:py1, qx1:qx2] = fill
+    canvas[py2:qy2, qx1:qx2] = fill
+    canvas[py1:py2, qx1:px1] = fill
+    canvas[py1:py2, px2:qx2] = fill
+
+
 def _is_byte_colour(img: np.ndarray) -> bool:
     return img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3
 
@@ -109,20 +125,25 @@ class FastCachedMosaic(CachedMosaic):
         patches = [results] + [self.results_cache[i] for i in self.get_indexes(self.results_cache)]
         width, height = self.img_scale
         img = results['img']
-        canvas = np.full((int(height * 2), int(width * 2)) + ((3,) if img.ndim == 3 else ()),
-                         self.pad_val, dtype=img.dtype)
+        canvas = np.empty((int(height * 2), int(width * 2)) + ((3,) if img.ndim == 3 else ()),
+                          dtype=img.dtype)
+        fill = np.full((), self.pad_val, dtype=img.dtype)  # np.full's cast, as mmdet's canvas
         # the centre's two draws come after the patches' indexes, as in mmdet
         center = (int(np.random.uniform(*self.center_ratio_range) * width),
                   int(np.random.uniform(*self.center_ratio_range) * height))
+        rows, columns = canvas.shape[:2]
+        quadrants = ((0, center[1], 0, center[0]), (0, center[1], center[0], columns),
+                     (center[1], rows, 0, center[0]), (center[1], rows, center[0], columns))
         with_mask = 'gt_masks' in results
         boxes, labels, ignore_flags, masks = [], [], [], []
-        for loc, patch in zip(LOCATIONS, patches):
+        for loc, patch, quadrant in zip(LOCATIONS, patches, quadrants):
             patch_h, patch_w = patch['img'].shape[:2]
             scale = min(height / patch_h, width / patch_w)
             patch_img = _resized(patch['img'], (int(patch_w * scale), int(patch_h * scale)))
             (px1, py1, px2, py2), (cx1, cy1, cx2, cy2) = self._mosaic_combine(
                 loc, center, patch_img.shape[:2][::-1])
             canvas[py1:py2, px1:px2] = patch_img[cy1:cy2, cx1:cx2]
+            _fill_around(canvas, quadrant, (py1, py2, px1, px2), fill)
             shift_x, shift_y = px1 - cx1, py1 - cy1
             patch_boxes = patch['gt_bboxes'].clone()
             patch_boxes.rescale_([scale, scale])
@@ -186,11 +207,15 @@ class FastCachedMixUp(CachedMixUp):
                                             int(retrieved['img'].shape[0] * scale)))
         target_h, target_w = img.shape[:2]
         # mmdet's float canvas, flipped, then padded to the target's size: one uint8 image
-        canvas = np.empty((max(height, target_h), max(width, target_w), 3), dtype=np.uint8)
-        canvas[...] = pad.astype(np.uint8)  # mmdet's float to uint8 cast: truncation
-        canvas[:small.shape[0], :small.shape[1]] = small
-        if is_flip:
-            canvas[:height, :width] = cv2.flip(canvas[:height, :width], 1)
+        shape = (max(height, target_h), max(width, target_w), 3)
+        if small.shape == shape:  # it covers the canvas (RTMDet's: both 640x640): no pad
+            canvas = cv2.flip(small, 1) if is_flip else small
+        else:
+            canvas = np.empty(shape, dtype=np.uint8)
+            canvas[...] = pad.astype(np.uint8)  # mmdet's float to uint8 cast: truncation
+            canvas[:small.shape[0], :small.shape[1]] = small
+            if is_flip:
+                canvas[:height, :width] = cv2.flip(canvas[:height, :width], 1)
         y_offset = np.random.randint(0, canvas.shape[0] - target_h) if canvas.shape[0] > target_h \
             else 0
         x_offset = np.random.randint(0, canvas.shape[1] - target_w) if canvas.shape[1] > target_w \
