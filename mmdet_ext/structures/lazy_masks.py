@@ -42,17 +42,26 @@ def coordinatewise(rows: list, height: int, width: int, op: Union[str, Callable]
     into one (x, y pairs stay pairs), then split back. The same numbers as a call per polygon,
     without its Python loop. None where the polygons are not all flat arrays of one dtype with
     whole (x, y) pairs (then the caller runs ``op`` as it is)."""
-    parts = [polygon for row in rows for polygon in row]
-    if not parts or any(not isinstance(p, np.ndarray) or p.ndim != 1 or len(p) % 2
-                        or p.dtype != parts[0].dtype for p in parts):
+    parts, dtype = [], None
+    for row in rows:
+        for part in row:
+            if type(part) is not np.ndarray or part.ndim != 1 or len(part) % 2 or \
+                    (dtype is not None and part.dtype != dtype):
+                return None
+            dtype = part.dtype
+            parts.append(part)
+    if not parts:
         return None
     joined = PolygonMasks([[np.concatenate(parts)]], height, width)
     moved = apply_mask_op(joined, op, args, kwargs).masks[0][0]
-    pieces = np.split(moved, np.cumsum([len(p) for p in parts])[:-1])
     result, start = [], 0
     for row in rows:
-        result.append(pieces[start:start + len(row)])
-        start += len(row)
+        pieces = []
+        for part in row:
+            end = start + len(part)
+            pieces.append(moved[start:end])
+            start = end
+        result.append(pieces)
     return result
 
 
