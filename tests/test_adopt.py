@@ -202,3 +202,41 @@ adopt(globals())
     assert cfg.train_dataloader.batch_size == 3
     assert cfg.train_dataloader.dataset.type == 'LazyCocoDataset'
     assert cfg.train_dataloader.collate_fn == dict(type='fast_collate')
+
+
+def _train_types(pipeline: list) -> list:
+    return [t['type'] for t in pipeline]
+
+
+def test_adopt_gives_rtmdets_chain_its_exact_fast_steps_and_leaves_lsj_to_the_engine(
+        elsewhere, toy_coco_root):
+    """RTMDet-Ins: mmdet's mosaic, mix-up, colour jitter and pad swapped, the resize and crop
+    after the mosaic made one ResizeCrop, the second stage's pipeline (PipelineSwitchHook)
+    adopted too. The LSJ strong baseline: its resize and crop, straight after the loading steps,
+    stay two steps (the batch engine plans them there), and its batches are still planned."""
+    rtmdet = Config.fromfile(str(_write_adopted_config(
+        elsewhere, 'mmdet::rtmdet/rtmdet-ins_tiny_8xb32-300e_coco.py', toy_coco_root)))
+    assert _train_types(rtmdet.train_dataloader.dataset.pipeline) == [
+        'NativeLoadImageFromFile', 'LoadLazyAnnotations', 'FastCachedMosaic', 'ResizeCrop',
+        'FastYOLOXHSVRandomAug', 'RandomFlip', 'FastPad', 'FastCachedMixUp',
+        'FilterAnnotations', 'PackDetInputs']
+    resize_crop = rtmdet.train_dataloader.dataset.pipeline[3]
+    assert (resize_crop['resize']['type'], resize_crop['crop']['type']) == (
+        'RandomResize', 'RandomCrop')
+    switch, = [h for h in rtmdet.custom_hooks if h['type'] == 'PipelineSwitchHook']
+    assert _train_types(switch['switch_pipeline']) == [
+        'NativeLoadImageFromFile', 'LoadLazyAnnotations', 'RandomResize', 'RandomCrop',
+        'FilterAnnotations', 'FastYOLOXHSVRandomAug', 'RandomFlip', 'FastPad', 'PackDetInputs']
+
+    lsj = Config.fromfile(str(_write_adopted_config(
+        elsewhere, 'mmdet::strong_baselines/mask-rcnn_r50_fpn_rpn-2conv_4conv1fc_syncbn-all_'
+        'lsj-100e_coco.py', toy_coco_root)))
+    dataset_cfg = lsj.train_dataloader.dataset
+    while 'pipeline' not in dataset_cfg:
+        dataset_cfg = dataset_cfg['dataset']
+    assert 'ResizeCrop' not in _train_types(dataset_cfg['pipeline'])
+    dataset_cfg.update(data_root=f'{toy_coco_root}/', metainfo=dict(classes=TOY_CLASSES),
+                       ann_file='annotations/instances_train.json',
+                       data_prefix=dict(img='train/'))  # the RepeatDataset's inside
+    dataset = DATASETS.build(dataset_cfg)
+    assert dataset.batch_engine is not None
