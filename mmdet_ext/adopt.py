@@ -50,8 +50,8 @@ BATCH_SAMPLER_TYPES = {'AspectRatioBatchSampler': 'FastAspectRatioBatchSampler'}
 # A resize then a RandomCrop become one ResizeCrop (only the kept part resized), unless the resize
 # comes straight after the loading steps, where the batch engine plans the pair itself.
 RESIZE_TYPES = ('Resize', 'RandomResize', 'RandomChoiceResize')
-LOADING_TYPES = ('LoadImageFromFile', 'NativeLoadImageFromFile', 'LoadAnnotations',
-                 'LoadLazyAnnotations')
+LOADING_TYPES = tuple(name for table in (IMAGE_LOADER_TYPES, ANNOTATION_LOADER_TYPES)
+                      for pair in table.items() for name in pair)
 DEFAULT_COLLATES = (None, 'pseudo_collate')
 RUNTIME_CONFIG = Path(__file__).resolve().parent / '.mim' / 'configs' / '_base_' / \
     'mmdet_ext_runtime.py'

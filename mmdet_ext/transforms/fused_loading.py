@@ -122,6 +122,15 @@ def stand_in_image(height: int, width: int) -> np.ndarray:
     return image
 
 
+def resize_target(resize: Resize, width: int, height: int) -> tuple[tuple, tuple[int, int]]:
+    """``results['scale']`` and the output (w, h) of mmdet's ``resize`` for an image of
+    ``width`` x ``height``, computed as it computes them (``mmcv.imrescale``'s size)."""
+    scale = resize.scale or scale_size((width, height), resize.scale_factor)
+    if resize.keep_ratio:
+        return scale, mmcv.rescale_size((width, height), scale)
+    return scale, tuple(scale)
+
+
 def crop_on_stand_in(crop: Any, filters: Sequence, results: dict,
                      owner: str) -> Optional[tuple[int, int, int, int]]:
     """Run mmdet's own ``crop`` (a ``RandomCrop``), then ``filters`` (``FilterAnnotations``), on
@@ -309,14 +318,7 @@ class NativeLoadResizeFlip(BaseTransform):
         return loader
 
     def _target_size(self, width: int, height: int) -> tuple[tuple, tuple[int, int]]:
-        """``results['scale']`` and the output (w, h), computed as mmdet's Resize does."""
-        if self.resize.scale:
-            scale = self.resize.scale
-        else:
-            scale = scale_size((width, height), self.resize.scale_factor)
-        if self.resize.keep_ratio:
-            return scale, mmcv.rescale_size((width, height), scale)
-        return scale, tuple(scale)
+        return resize_target(self.resize, width, height)
 
     def _scale_denom(self, header: Optional[ImageHeader], out_w: int, out_h: int) -> int:
         """The largest JPEG reduction whose output still covers the target size."""

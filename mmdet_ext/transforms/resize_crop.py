@@ -14,17 +14,16 @@ is not 8-bit with 1 to 4 channels, other step types) runs the two steps as they 
 """
 from typing import Optional
 
-import mmcv
 import numpy as np
 import torch
 from mmcv.transforms import BaseTransform, RandomChoiceResize, RandomResize
 from mmdet.datasets.transforms import RandomCrop, Resize
 from mmdet.structures.bbox import autocast_box_type
 
-from .._compat import draw_resize_scale, record_homography, resize_annotations, scale_size
+from .._compat import draw_resize_scale, record_homography, resize_annotations
 from ..ops import resize_part
 from ..registry import TRANSFORMS
-from .fused_loading import crop_on_stand_in, stand_in_image
+from .fused_loading import crop_on_stand_in, resize_target, stand_in_image
 
 
 @TRANSFORMS.register_module()
@@ -48,21 +47,17 @@ class ResizeCrop(BaseTransform):
                 and img.ndim == 3 and 1 <= img.shape[2] <= 4 and img.size):
             results = self.resize_step(results)
             return None if results is None else self.crop(results)
-        return self._planned(results)
+        return self._resize_kept_part(results)
 
     @autocast_box_type()
-    def _planned(self, results: dict) -> Optional[dict]:
+    def _resize_kept_part(self, results: dict) -> Optional[dict]:
         img = results['img']
         height, width = img.shape[:2]
         scale_idx = None
         if self.resize_step is not self.resize:
             scale_idx = draw_resize_scale(self.resize_step)
         resize = self.resize
-        scale = resize.scale or scale_size((width, height), resize.scale_factor)
-        if resize.keep_ratio:
-            out_w, out_h = mmcv.rescale_size((width, height), scale)
-        else:
-            out_w, out_h = scale
+        scale, (out_w, out_h) = resize_target(resize, width, height)
         results['scale'] = scale
         results['img'] = stand_in_image(out_h, out_w)
         results['img_shape'] = (out_h, out_w)
