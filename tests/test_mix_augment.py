@@ -100,7 +100,9 @@ def _loader_batches(config: Config, epochs: int) -> list:
 
 def _rtmdet_config(root, tmp_path, name: str, mmdet_types: bool) -> Config:
     lines = [f"_base_ = '{RTMDET_INS_TINY}'",
+             # a worker that hangs fails the test (DataLoader's timeout) instead of hanging CI
              'train_dataloader = dict(batch_size=2, num_workers=2, persistent_workers=True, '
+             'timeout=120, '
              f"dataset=dict(data_root='{root}/', ann_file='annotations/instances_train.json', "
              f"data_prefix=dict(img='train/'), metainfo=dict(classes={TOY_CLASSES!r})))",
              'from mmdet_ext.adopt import adopt  # noqa: E402', 'adopt(globals())']
