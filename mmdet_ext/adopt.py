@@ -175,9 +175,7 @@ def adopt(config_globals: dict) -> None:
 def _adopt_hook(hook: dict, transform_types: dict[str, str]) -> dict:
     """``hook``, with the pipeline a ``PipelineSwitchHook`` switches to adopted as the dataset's
     (RTMDet's second stage)."""
-    hook_type = hook.get('type')
-    if isinstance(hook_type, str) and hook_type.removeprefix('mmdet.') == 'PipelineSwitchHook' \
-            and isinstance(hook.get('switch_pipeline'), list):
+    if _type_name(hook) == 'PipelineSwitchHook' and isinstance(hook.get('switch_pipeline'), list):
         hook = dict(hook, switch_pipeline=_adopt_pipeline(hook['switch_pipeline'], transform_types))
     return hook
 
