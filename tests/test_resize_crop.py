@@ -1,5 +1,6 @@
 """``ops.resize_part`` against mmcv's resize then the crop, and ``ResizeCrop`` against mmdet's
 resize step then its ``RandomCrop`` (transforms/resize_crop.py)."""
+import cv2
 import mmcv
 import numpy as np
 import pytest
@@ -38,6 +39,25 @@ def test_resize_part_equals_mmcv_resize_then_crop():
         got = resize_part(torch.from_numpy(image), (out_h, out_w), (y, x, h, w)).numpy()
         assert np.array_equal(got, expected[y:y + h, x:x + w]), (case, image.shape, out_h, out_w,
                                                                  (y, x, h, w))
+
+
+def test_resize_part_equals_mmcv_at_mosaic_and_lsj_sizes():
+    # Rows long enough for the vector loops' full blocks and their tails, at the sizes RTMDet's
+    # mosaic (1280x1280 by 0.5 to 2) and large scale jitter (0.1 to 2) resize to.
+    rng = np.random.default_rng(1)
+    for case in range(12):
+        height, width = (int(v) for v in rng.integers(600, 1400, 2))
+        channels = (3, 1, 4)[case % 3]
+        ratio = rng.uniform(0.1, 2.0, 2) if case % 2 else np.full(2, rng.uniform(0.5, 2.0))
+        out_h, out_w = (int(v) for v in np.maximum(1, np.array([height, width]) * ratio))
+        kh, kw = min(out_h, 640), min(out_w, 640)
+        y, x = int(rng.integers(out_h - kh + 1)), int(rng.integers(out_w - kw + 1))
+        image = cv2.GaussianBlur(rng.integers(0, 256, (height, width, channels), dtype=np.uint8),
+                                 (5, 5), 1.5).reshape(height, width, channels)
+        expected = mmcv.imresize(image, (out_w, out_h)).reshape(out_h, out_w, -1)
+        got = resize_part(torch.from_numpy(image), (out_h, out_w), (y, x, kh, kw)).numpy()
+        assert np.array_equal(got, expected[y:y + kh, x:x + kw]), (case, image.shape, out_h,
+                                                                   out_w)
 
 
 def test_resize_part_refuses_a_part_outside_the_image():
