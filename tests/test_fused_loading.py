@@ -168,6 +168,30 @@ def test_warp_image_op_keeps_the_part_mmdet_crops(channels, interpolation):
         np.testing.assert_array_equal(got, expected.transpose(2, 0, 1))
 
 
+@pytest.mark.parametrize('channels', [1, 3, 4])
+def test_warp_image_op_keeps_the_part_of_large_and_halving_bilinear_resizes(channels):
+    """A kept part of a bilinear resize is computed alone (resize_part.h): the same bits as the
+    whole resize then the crop and the flip, at large scale jitter's sizes (a 640x480 image
+    doubled, 1024x1024 kept), shrunk, and where cv2 halves exactly (its own filter, so the
+    whole image is resized)."""
+    rng = np.random.default_rng(10 + channels)
+    for shape, out_shape, keep, direction in [
+            ((480, 640), (1536, 2048), (311, 1023, 1024, 1024), 'horizontal'),
+            ((480, 640), (1536, 2048), (0, 0, 1024, 1024), None),
+            ((480, 640), (960, 1280), (1, 255, 959, 1024), 'diagonal'),
+            ((480, 640), (210, 280), (3, 5, 200, 270), 'vertical'),
+            ((480, 640), (240, 320), (7, 9, 200, 300), 'horizontal')]:
+        image = rng.integers(0, 256, shape + (channels,), dtype=np.uint8)
+        y, x, h, w = keep
+        resized = mmcv.imresize(image, out_shape[::-1]).reshape(*out_shape, channels)
+        expected = resized[y:y + h, x:x + w]
+        if direction is not None:
+            expected = mmcv.imflip(expected, direction)
+        got = ops.warp_image(torch.from_numpy(image), out_shape, 'bilinear', direction,
+                             keep).numpy()
+        np.testing.assert_array_equal(got, expected.transpose(2, 0, 1))
+
+
 @requires_opcheck
 def test_warp_image_opcheck():
     tensor = torch.from_numpy(

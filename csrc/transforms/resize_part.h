@@ -1,5 +1,6 @@
-// The part of a bilinear resize that a crop keeps, computed alone (mmdet_ext::resize_part, and the
-// reference it is checked against: cv::resize, tests/test_resize_part.py).
+// The part of a bilinear resize that a crop keeps, computed alone (mmdet_ext::resize_part, and
+// warp_planar.h's resize of a crop's kept part; the reference both are checked against: cv::resize,
+// tests/test_resize_crop.py and tests/test_warp_image.py).
 #pragma once
 
 #ifdef MMDET_EXT_WITH_OPENCV
