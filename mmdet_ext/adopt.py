@@ -13,7 +13,8 @@ The call takes the config as defined so far (the bases, then the lines above it)
 - pipelines: ``LoadImageFromFile`` -> ``NativeLoadImageFromFile`` (when this build has OpenCV),
   ``LoadAnnotations`` -> ``LoadLazyAnnotations`` (same ``with_mask``), ``CachedMosaic``,
   ``CachedMixUp``, ``YOLOXHSVRandomAug``, ``Pad`` -> ``FastCachedMosaic``, ``FastCachedMixUp``,
-  ``FastYOLOXHSVRandomAug``, ``FastPad`` (mmdet's results, less work), a resize then a
+  ``FastYOLOXHSVRandomAug``, ``FastPad`` (mmdet's results, less work), ``PackDetInputs`` ->
+  ``FastPackDetInputs`` (the same inputs, made planar by OpenCV), a resize then a
   ``RandomCrop`` -> ``ResizeCrop`` of the two (only the kept part resized) where the resize does
   not follow the loading steps (there the batch engine plans them); the pipeline a
   ``PipelineSwitchHook`` switches to as well;
@@ -45,6 +46,8 @@ ANNOTATION_LOADER_TYPES = {'LoadAnnotations': 'LoadLazyAnnotations'}
 # The same results as mmdet's, without its redundant copies (transforms/mix_augment.py).
 MIX_AUGMENT_TYPES = {'CachedMosaic': 'FastCachedMosaic', 'CachedMixUp': 'FastCachedMixUp',
                      'YOLOXHSVRandomAug': 'FastYOLOXHSVRandomAug', 'Pad': 'FastPad'}
+# The same inputs as mmdet's, made planar by OpenCV's deinterleave (transforms/packing.py).
+PACK_TYPES = {'PackDetInputs': 'FastPackDetInputs'}
 PREPROCESSOR_TYPES = {'DetDataPreprocessor': 'FastDetDataPreprocessor'}
 BATCH_SAMPLER_TYPES = {'AspectRatioBatchSampler': 'FastAspectRatioBatchSampler'}
 # A resize then a RandomCrop become one ResizeCrop (only the kept part resized), unless the resize
@@ -114,8 +117,7 @@ def _adopt_dataloader(dataloader: dict, transform_types: dict[str, str]) -> dict
         batch_sampler['type'] = _swapped(batch_sampler.get('type'), BATCH_SAMPLER_TYPES)
     collate_type = dataloader.get('collate_fn', {}).get('type')
     pipeline = _innermost_pipeline(dataloader['dataset']) or [{}]
-    if collate_type in DEFAULT_COLLATES and pipeline[-1].get('type') in ('PackDetInputs',
-                                                                          'mmdet.PackDetInputs'):
+    if collate_type in DEFAULT_COLLATES and _type_name(pipeline[-1]) in PACK_TYPES.values():
         # No divisor here: the model's preprocessor has the one (WorkerDefaultsHook hands it
         # to the datasets, whose batched fetch pads to it).
         dataloader['collate_fn'] = dict(type='fast_collate')
@@ -143,7 +145,7 @@ def adopt(config_globals: dict) -> None:
     # these are the file's own, which mmengine merges over the base after this call.
     config.merge_from_dict(copy.deepcopy(own))
 
-    transform_types = dict(ANNOTATION_LOADER_TYPES, **MIX_AUGMENT_TYPES)
+    transform_types = dict(ANNOTATION_LOADER_TYPES, **MIX_AUGMENT_TYPES, **PACK_TYPES)
     if build_info()['opencv_version'] is not None:
         transform_types.update(IMAGE_LOADER_TYPES)
     model = config.get('model', {})

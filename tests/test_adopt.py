@@ -219,14 +219,15 @@ def test_adopt_gives_rtmdets_chain_its_exact_fast_steps_and_leaves_lsj_to_the_en
     assert _train_types(rtmdet.train_dataloader.dataset.pipeline) == [
         'NativeLoadImageFromFile', 'LoadLazyAnnotations', 'FastCachedMosaic', 'ResizeCrop',
         'FastYOLOXHSVRandomAug', 'RandomFlip', 'FastPad', 'FastCachedMixUp',
-        'FilterAnnotations', 'PackDetInputs']
+        'FilterAnnotations', 'FastPackDetInputs']
     resize_crop = rtmdet.train_dataloader.dataset.pipeline[3]
     assert (resize_crop['resize']['type'], resize_crop['crop']['type']) == (
         'RandomResize', 'RandomCrop')
     switch, = [h for h in rtmdet.custom_hooks if h['type'] == 'PipelineSwitchHook']
     assert _train_types(switch['switch_pipeline']) == [
         'NativeLoadImageFromFile', 'LoadLazyAnnotations', 'RandomResize', 'RandomCrop',
-        'FilterAnnotations', 'FastYOLOXHSVRandomAug', 'RandomFlip', 'FastPad', 'PackDetInputs']
+        'FilterAnnotations', 'FastYOLOXHSVRandomAug', 'RandomFlip', 'FastPad',
+        'FastPackDetInputs']
 
     lsj = Config.fromfile(str(_write_adopted_config(
         elsewhere, 'mmdet::strong_baselines/mask-rcnn_r50_fpn_rpn-2conv_4conv1fc_syncbn-all_'

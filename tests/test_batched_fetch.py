@@ -30,7 +30,7 @@ from mmdet_ext.datasets.batched_fetch import batch_plan, reads_no_pixels
 from mmdet_ext.datasets.sample_seeds import PerSampleSeedDataset, SeededKey
 from mmdet_ext.models import FastDetDataPreprocessor
 from mmdet_ext.ops import decode_image, decode_images_into, warp_image
-from mmdet_ext.transforms import DEFERRED_META_KEYS
+from mmdet_ext.transforms import DEFERRED_META_KEYS, FastPackDetInputs
 from helpers.build import needs_native_decoding
 from helpers.encoded_images import encoded_image as _jpeg
 from helpers.tiny_runner import record_mmengine_log
@@ -364,6 +364,7 @@ class OwnFilter(FilterAnnotations):
     ((), PackDetInputs(meta_keys=DEFERRED_META_KEYS), True),
     ((FilterAnnotations(min_gt_bbox_wh=(40, 40)), ), PackDetInputs(meta_keys=DEFERRED_META_KEYS),
      True),
+    ((), FastPackDetInputs(meta_keys=DEFERRED_META_KEYS), True),
     ((), OwnPack(meta_keys=DEFERRED_META_KEYS), False),
     ((OwnFilter(min_gt_bbox_wh=(40, 40)), ), PackDetInputs(meta_keys=DEFERRED_META_KEYS), False),
     ((), PackDetInputs(meta_keys=DEFERRED_META_KEYS + ('img', )), False)])
@@ -378,7 +379,7 @@ def test_samples_finished_while_decoding_only_where_nothing_reads_the_pixels(
     assert reads_no_pixels(plan) == reads_none
     batched = _dataset(toy_coco_root, pipeline)
     reference = _dataset(toy_coco_root, pipeline, batched_fetch=False)
-    if type(pack) is PackDetInputs:  # mmdet's own: seen through its transform, still its type
+    if type(pack) in (PackDetInputs, FastPackDetInputs):  # seen through mmdet's transform
         packs = PackDetInputs.transform
         monkeypatch.setattr(PackDetInputs, 'transform', lambda self, results: (
             _SEEN_DECODING.append(self.inflight.background), packs(self, results))[1])

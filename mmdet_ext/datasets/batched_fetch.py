@@ -56,6 +56,7 @@ from mmengine.logging import print_log
 from ..collate import FetchedBatch
 from ..transforms.fused_loading import NativeLoadResizeFlip, PendingDecode
 from ..transforms.fused_mmdet_loading import fuse_mmdet_loading
+from ..transforms.packing import PACKERS
 from .columnar_annotations import columnar_plan
 from .batch_decoder import BatchDecoder, DecodeFailed, SlotDecoder
 from .seeded_rngs import seed_rngs
@@ -65,9 +66,10 @@ from .seeded_rngs import seed_rngs
 COLUMNAR_ANNOTATIONS = True
 
 # Transforms allowed after the loader: they draw nothing at random and do not touch img, or, for
-# PackDetInputs, read it only to make the CHW tensor (a view of the batch buffer). Annotation
+# the packers (mmdet's PackDetInputs, our FastPackDetInputs), read it only to make the CHW tensor
+# (a view of the batch buffer). Annotation
 # loaders there (a test pipeline's) read only the loader's ori_shape.
-AFTER_LOADER = (LoadAnnotations, FilterAnnotations, PackDetInputs)
+AFTER_LOADER = (LoadAnnotations, FilterAnnotations) + PACKERS
 
 
 class BatchPlan(NamedTuple):
@@ -132,19 +134,20 @@ class _FallBack(Exception):
 def _pack_with_inputs(pack: PackDetInputs, results: dict, image: torch.Tensor,
                       wait_for_pixels: Optional[Callable[[], Any]] = None) -> Any:
     """``pack(results)`` whose ``inputs`` is ``image`` itself, a view of the batch buffer, when
-    ``pack`` is mmdet's ``PackDetInputs`` and ``img`` is that image's pixels.
+    ``pack`` is one of ``PACKERS`` (mmdet's ``PackDetInputs``, our ``FastPackDetInputs``) and
+    ``img`` is that image's pixels.
 
     Why: ``PackDetInputs`` makes ``inputs`` through numpy, a tensor of its own storage, and for
     an image in a slot of a padded batch (rows further apart than its width) it copies every
     pixel to get there; as a view of the batch, ``fast_collate`` sees the batch already lies in
-    one buffer and copies nothing. ``PackDetInputs`` reads ``img`` for ``inputs`` only, so it
+    one buffer and copies nothing. A packer reads ``img`` for ``inputs`` only, so it
     packs everything else without it; ``inputs`` is the same pixels, shape and dtype.
     ``wait_for_pixels``: called before ``pack`` reads the pixels, where they may still be
     decoding.
     """
     img = results.get('img')
     planar = _planar_pixels(img) if isinstance(img, np.ndarray) else None
-    if type(pack) is not PackDetInputs or 'img' in pack.meta_keys or planar is None or \
+    if type(pack) not in PACKERS or 'img' in pack.meta_keys or planar is None or \
             planar.dtype != np.uint8 or planar.ctypes.data != image.data_ptr() or \
             planar.shape != tuple(image.shape):
         if wait_for_pixels is not None:
@@ -157,12 +160,12 @@ def _pack_with_inputs(pack: PackDetInputs, results: dict, image: torch.Tensor,
 
 def reads_no_pixels(plan: BatchPlan) -> bool:
     """Whether nothing after ``plan``'s loader reads the pixels: mmdet's own transforms of
-    ``AFTER_LOADER`` (not subclasses, which may), ending with a ``PackDetInputs`` that makes
+    ``AFTER_LOADER`` (not subclasses, which may), ending with a packer that makes
     ``inputs`` a view of the batch (``_pack_with_inputs``), of a uint8 image."""
     pack = plan.after[-1]
     return not getattr(plan.loader, 'to_float32', False) and 'img' not in pack.meta_keys and \
         all(type(transform) in AFTER_LOADER for transform in plan.after) and \
-        type(pack) is PackDetInputs
+        type(pack) in PACKERS
 
 
 def _planar_pixels(img: np.ndarray) -> np.ndarray:

@@ -4,8 +4,8 @@ from .lazy_annotations import LoadLazyAnnotations
 from .loading import ImageLoadError, NativeLoadImageFromFile
 from .resize_crop import ResizeCrop
 from .mix_augment import FastCachedMixUp, FastCachedMosaic, FastPad, FastYOLOXHSVRandomAug
+from .packing import FastPackDetInputs
 
-__all__ = ['DEFERRED_META_KEYS', 'FastCachedMixUp', 'FastCachedMosaic', 'FastPad',
-           'FastYOLOXHSVRandomAug',
-           'ImageLoadError', 'LoadLazyAnnotations', 'NativeLoadImageFromFile',
+__all__ = ['DEFERRED_META_KEYS', 'FastCachedMixUp', 'FastCachedMosaic', 'FastPackDetInputs',
+           'FastPad', 'FastYOLOXHSVRandomAug', 'ImageLoadError', 'LoadLazyAnnotations', 'NativeLoadImageFromFile',
            'NativeLoadResizeFlip', 'ResizeCrop']

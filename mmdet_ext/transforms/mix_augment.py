@@ -79,7 +79,7 @@ CV2_DEPTHS = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16,
                                          np.float32, np.float64))
 
 
-def _contiguous_if_flipped(img: np.ndarray) -> np.ndarray:
+def contiguous_if_flipped(img: np.ndarray) -> np.ndarray:
     """``img`` as it is, or, where it is a flipped view (``RandomFlip``'s ``np.flip``: a
     negative stride along its height or width), a contiguous copy of it made by ``cv2.flip`` of
     the view it was flipped from: the same values, about 40 times faster than numpy's strided
@@ -292,5 +292,5 @@ class FastPad(Pad):
 
     def _pad_img(self, results: dict) -> None:
         if isinstance(results.get('img', None), np.ndarray):
-            results['img'] = _contiguous_if_flipped(results['img'])
+            results['img'] = contiguous_if_flipped(results['img'])
         super()._pad_img(results)
