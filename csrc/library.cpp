@@ -23,7 +23,8 @@ TORCH_LIBRARY(mmdet_ext, m) {
   // mmdet_ext/ops/pixels.py: warp_image, resize_part, normalize_batch, resize_normalize_batch.
   m.def("warp_image(Tensor image, int out_height, int out_width, int interpolation, int flip, "
         "int[]? keep=None) -> Tensor");
-  m.def("resize_part(Tensor image, int out_height, int out_width, int[] keep) -> Tensor");
+  m.def("resize_part(Tensor image, int out_height, int out_width, int[] keep, int[] source=[]) "
+        "-> Tensor");
   m.def("normalize_batch(Tensor images, Tensor mean, Tensor std, bool reverse_channels, "
         "Tensor image_sizes, float pad_value) -> Tensor");
   m.def("resize_normalize_batch(Tensor data, Tensor image_shapes, Tensor out_shapes, "

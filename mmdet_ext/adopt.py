@@ -15,8 +15,9 @@ The call takes the config as defined so far (the bases, then the lines above it)
   ``CachedMixUp``, ``YOLOXHSVRandomAug``, ``Pad`` -> ``FastCachedMosaic``, ``FastCachedMixUp``,
   ``FastYOLOXHSVRandomAug``, ``FastPad`` (mmdet's results, less work), ``PackDetInputs`` ->
   ``FastPackDetInputs`` (the same inputs, made planar by OpenCV), a resize then a
-  ``RandomCrop`` -> ``ResizeCrop`` of the two (only the kept part resized) where the resize does
-  not follow the loading steps (there the batch engine plans them); the pipeline a
+  ``RandomCrop`` -> ``ResizeCrop`` of the two (only the kept part resized; a ``CachedMosaic``
+  right before them goes in too: only the part of its canvas the resize reads is painted) where
+  the resize does not follow the loading steps (there the batch engine plans them); the pipeline a
   ``PipelineSwitchHook`` switches to as well;
 - ``batch_sampler``: ``AspectRatioBatchSampler`` -> ``FastAspectRatioBatchSampler`` (same
   batches, the images' sizes read in bulk);
@@ -81,6 +82,8 @@ def _adopt_pipeline(pipeline: list, transform_types: dict[str, str]) -> list:
                 _type_name(adopted[-1]) in RESIZE_TYPES and \
                 (len(adopted) < 2 or _type_name(adopted[-2]) not in LOADING_TYPES):
             transform = dict(type='ResizeCrop', resize=adopted.pop(), crop=transform)
+            if adopted and _type_name(adopted[-1]) == 'FastCachedMosaic':
+                transform['mosaic'] = adopted.pop()  # its canvas painted where the resize reads
         adopted.append(transform)
     return adopted
 

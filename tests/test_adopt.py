@@ -210,19 +210,19 @@ def _train_types(pipeline: list) -> list:
 
 def test_adopt_gives_rtmdets_chain_its_exact_fast_steps_and_leaves_lsj_to_the_engine(
         elsewhere, toy_coco_root):
-    """RTMDet-Ins: mmdet's mosaic, mix-up, colour jitter and pad swapped, the resize and crop
-    after the mosaic made one ResizeCrop, the second stage's pipeline (PipelineSwitchHook)
-    adopted too. The LSJ strong baseline: its resize and crop, straight after the loading steps,
+    """RTMDet-Ins: mmdet's mosaic, mix-up, colour jitter and pad swapped, the mosaic and the
+    resize and crop after it made one ResizeCrop, the second stage's pipeline
+    (PipelineSwitchHook) adopted too. The LSJ strong baseline: its resize and crop, straight after the loading steps,
     stay two steps (the batch engine plans them there), and its batches are still planned."""
     rtmdet = Config.fromfile(str(_write_adopted_config(
         elsewhere, 'mmdet::rtmdet/rtmdet-ins_tiny_8xb32-300e_coco.py', toy_coco_root)))
     assert _train_types(rtmdet.train_dataloader.dataset.pipeline) == [
-        'NativeLoadImageFromFile', 'LoadLazyAnnotations', 'FastCachedMosaic', 'ResizeCrop',
+        'NativeLoadImageFromFile', 'LoadLazyAnnotations', 'ResizeCrop',
         'FastYOLOXHSVRandomAug', 'RandomFlip', 'FastPad', 'FastCachedMixUp',
         'FilterAnnotations', 'FastPackDetInputs']
-    resize_crop = rtmdet.train_dataloader.dataset.pipeline[3]
-    assert (resize_crop['resize']['type'], resize_crop['crop']['type']) == (
-        'RandomResize', 'RandomCrop')
+    resize_crop = rtmdet.train_dataloader.dataset.pipeline[2]
+    assert (resize_crop['mosaic']['type'], resize_crop['resize']['type'],
+            resize_crop['crop']['type']) == ('FastCachedMosaic', 'RandomResize', 'RandomCrop')
     switch, = [h for h in rtmdet.custom_hooks if h['type'] == 'PipelineSwitchHook']
     assert _train_types(switch['switch_pipeline']) == [
         'NativeLoadImageFromFile', 'LoadLazyAnnotations', 'RandomResize', 'RandomCrop',

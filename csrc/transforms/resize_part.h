@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <opencv2/core.hpp>
@@ -168,15 +169,33 @@ inline bool computes_like_resize(cv::Size src_size, cv::Size out_size) {
 
 // The part `keep` of `src` (8-bit, 1 to 4 channels) resized to `out_size` bilinearly, into `dst`
 // (keep's size, src's type): what cv::resize(src, out_size, INTER_LINEAR)(keep) holds, where
-// computes_like_resize says cv::resize computes it this way.
-inline void resize_part(const cv::Mat& src, cv::Size out_size, cv::Rect keep, cv::Mat& dst) {
+// computes_like_resize says cv::resize computes it this way. `src` may be a window of a larger
+// image, its part at `origin` of a `full`-sized image (an empty `full`: `src` is all of it;
+// RTMDet's mosaic paints only the window of its canvas that the kept part reads): the part is
+// then what the resize of the full image holds there. Returns false, writing nothing, where the
+// window lacks a pixel the part reads.
+inline bool resize_part(const cv::Mat& src, cv::Size out_size, cv::Rect keep, cv::Mat& dst,
+                        cv::Size full = cv::Size(), cv::Point origin = cv::Point()) {
+  if (full.empty()) full = src.size();
   const int cn = src.channels();
-  const double scale_x = 1. / (static_cast<double>(out_size.width) / src.cols);
-  const double scale_y = 1. / (static_cast<double>(out_size.height) / src.rows);
+  const double scale_x = 1. / (static_cast<double>(out_size.width) / full.width);
+  const double scale_y = 1. / (static_cast<double>(out_size.height) / full.height);
   std::vector<Tap> columns;
   columns.reserve(keep.width);
   for (int d = keep.x; d < keep.x + keep.width; ++d) {
-    columns.push_back(column_tap(d, scale_x, src.cols));
+    Tap tap = column_tap(d, scale_x, full.width);
+    tap.source -= origin.x;  // in the window's columns
+    if (tap.source < 0 || tap.source + (tap.edge ? 0 : 1) >= src.cols) return false;
+    columns.push_back(tap);
+  }
+  const int last = full.height - 1;
+  const auto rows_of = [&](int d) {  // the two source rows output row d reads, in the window's
+    const int source = row_tap(d, scale_y).source;
+    return std::make_pair(std::min(std::max(source, 0), last) - origin.y,
+                          std::min(std::max(source + 1, 0), last) - origin.y);
+  };
+  if (rows_of(keep.y).first < 0 || rows_of(keep.y + keep.height - 1).second >= src.rows) {
+    return false;  // (the rows read only grow with d)
   }
   const int count = keep.width * cn;
   const size_t slot = static_cast<size_t>(count) + 1;  // resample_row may write one past
@@ -193,17 +212,16 @@ inline void resize_part(const cv::Mat& src, cv::Size out_size, cv::Rect keep, cv
     slot_row[i] = row;
     return i;
   };
-  const int last = src.rows - 1;
   for (int d = keep.y; d < keep.y + keep.height; ++d) {
     const Tap tap = row_tap(d, scale_y);
-    const int row0 = std::min(std::max(tap.source, 0), last);
-    const int row1 = std::min(std::max(tap.source + 1, 0), last);
+    const auto [row0, row1] = rows_of(d);
     const int held = slot_row[0] == row1 ? 0 : (slot_row[1] == row1 ? 1 : -1);
     const int slot0 = resampled(row0, held);
     const int slot1 = resampled(row1, slot0);
     blend_rows(slots[slot0], slots[slot1], tap.weight0, tap.weight1, count,
                dst.ptr<uint8_t>(d - keep.y));
   }
+  return true;
 }
 
 }  // namespace linear_part

@@ -173,7 +173,7 @@ inline void warp_into_planar(const cv::Mat& src, cv::Size out_size, int interpol
       linear_part::computes_like_resize(src.size(), out_size)) {
     // a crop keeps part of a bilinear resize: only that part is computed (resize_part.h)
     kept = resize_scratch(keep.size(), src.type());
-    linear_part::resize_part(src, out_size, keep, kept);
+    TORCH_CHECK(linear_part::resize_part(src, out_size, keep, kept), "resize_part read outside");
   } else {
     if (out_size != src.size()) {
       kept = resize_scratch(out_size, src.type());

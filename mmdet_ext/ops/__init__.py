@@ -17,7 +17,7 @@ from .masks import (Polygon, pack_counts, pack_polygons, paste_masks_to_rle,
                     rle_encode, rle_encode_batch, rle_from_polygons, rle_from_string, rle_merge,
                     rle_to_bbox, rle_to_string, to_coco_rles)
 from .pixels import (FLIP_CODES, INTERPOLATIONS, normalize_batch, resize_normalize_batch,
-                     resize_part, warp_image)
+                     resize_part, source_window, warp_image)
 
 __all__ = [
     'FLIP_CODES', 'IMREAD_FLAGS', 'INTERPOLATIONS', 'SCALE_DENOMS', 'Polygon', 'decode_image',
@@ -29,5 +29,6 @@ __all__ = [
     'rle_crop_and_resize', 'rle_decode', 'rle_decode_batch', 'rle_decode_batch_into',
     'rle_encode', 'rle_encode_batch', 'rle_from_polygons', 'rle_from_string', 'rle_merge',
     'rle_to_bbox',
-    'resize_normalize_batch', 'resize_part', 'rle_to_string', 'to_coco_rles', 'warp_image'
+    'resize_normalize_batch', 'resize_part', 'rle_to_string', 'source_window', 'to_coco_rles',
+    'warp_image'
 ]

@@ -1,6 +1,9 @@
 """Pixel ops of the pipeline: ``warp_image`` (resize + flip, CPU), ``resize_part`` (the part of
 a resize a crop keeps, CPU), ``normalize_batch`` (CPU and CUDA), ``resize_normalize_batch`` (CPU
 and CUDA) (kernels: ``csrc/transforms/``)."""
+import math
+from typing import Optional, Sequence
+
 import torch
 
 from .._native import _C  # noqa: F401  (registers the schemas the fake kernels attach to)
@@ -53,27 +56,52 @@ def _warp_image_fake(image: torch.Tensor, out_height: int, out_width: int, inter
 
 
 def resize_part(image: torch.Tensor, out_shape: tuple[int, int],
-                keep: tuple[int, int, int, int]) -> torch.Tensor:
+                keep: tuple[int, int, int, int],
+                source: Optional[tuple[int, int, int, int]] = None) -> torch.Tensor:
     """The part of an image's bilinear resize that a crop keeps, without the rest of it.
 
     Args:
-        image (Tensor[H, W, C] uint8): C <= 4, on the CPU.
+        image (Tensor[H, W, C] uint8): C <= 4, on the CPU: the image, or with ``source`` a
+            window of it.
         out_shape: (h, w) in px, both >= 1: the whole resized image's size.
         keep: (y, x, kh, kw) in px, the part kept, inside the resized image.
+        source: (y, x, full_h, full_w) in px: ``image`` is the window at (y, x) of a
+            full_h x full_w image, which is the one resized; it must hold every pixel the part
+            reads (``source_window`` bounds them), else a RuntimeError says which window lacks
+            them. None: ``image`` is the whole image.
 
     Returns:
         A new Tensor[kh, kw, C] uint8 equal to
-        ``mmcv.imresize(img, (w, h))[y:y + kh, x:x + kw]`` (cv2 backend, bilinear): computed
-        alone with cv::resize's fixed-point arithmetic where cv::resize takes that path, else
-        cropped from cv::resize's whole image (a resize to the same size, an exact halving).
+        ``mmcv.imresize(img, (w, h))[y:y + kh, x:x + kw]`` (cv2 backend, bilinear) of the whole
+        image: computed alone with cv::resize's fixed-point arithmetic where cv::resize takes
+        that path, else (a resize to the same size, an exact halving) from the pixels under the
+        part.
     """
     out_h, out_w = (int(v) for v in out_shape)
-    return torch.ops.mmdet_ext.resize_part(image, out_h, out_w, [int(v) for v in keep])
+    return torch.ops.mmdet_ext.resize_part(image, out_h, out_w, [int(v) for v in keep],
+                                           [] if source is None else [int(v) for v in source])
+
+
+def source_window(image_shape: tuple[int, int], out_shape: tuple[int, int],
+                  keep: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    """(y, x, h, w): a window of an ``image_shape`` (h, w) image that holds every pixel the part
+    ``keep`` of its bilinear resize to ``out_shape`` reads (``resize_part``'s ``source``). A bound,
+    not the exact set: each side takes the source coordinate of the part's edge, (d + 0.5) * s -
+    0.5 for the scale s, and two more pixels, beyond the one the interpolation reads next to it
+    and the float rounding; ``resize_part`` checks it holds them."""
+    window = []
+    for size, out, start, length in zip(image_shape, out_shape, keep[:2], keep[2:]):
+        scale = size / out
+        first = max(0, math.floor((start + 0.5) * scale - 0.5) - 2)
+        end = min(size, math.floor((start + length - 0.5) * scale - 0.5) + 4)
+        window.append((first, end - first))
+    (y, h), (x, w) = window
+    return y, x, h, w
 
 
 @register_fake('mmdet_ext::resize_part')
 def _resize_part_fake(image: torch.Tensor, out_height: int, out_width: int,
-                      keep: list[int]) -> torch.Tensor:
+                      keep: list[int], source: Sequence[int] = ()) -> torch.Tensor:
     torch._check(image.dtype == torch.uint8 and image.dim() == 3)
     return image.new_empty((keep[2], keep[3], image.shape[2]))
 

@@ -29,6 +29,7 @@ sample, caches filled). What they leave out:
   code.
 """
 import copy
+from typing import NamedTuple, Optional
 
 import cv2
 import mmcv
@@ -112,38 +113,81 @@ def _is_byte_colour(img: np.ndarray) -> bool:
     return img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3
 
 
+class MosaicCanvas(NamedTuple):
+    """A mosaic's canvas before it is painted: its shape and dtype, the pad value, and the four
+    quadrants, each with the part of it its patch covers (both (y1, y2, x1, x2)) and the patch's
+    pixels there (a view of the patch, which is read, not written)."""
+    shape: tuple
+    dtype: np.dtype
+    fill: np.ndarray
+    quadrants: list
+
+    def paint(self, window: Optional[tuple] = None) -> np.ndarray:
+        """The canvas mmdet's ``CachedMosaic`` makes, or its part ``window`` (y, x, h, w), a new
+        array: the patches pasted on, the rest filled with the pad value, each pixel written
+        once."""
+        y0, x0, height, width = window or (0, 0) + tuple(self.shape[:2])
+        out = np.empty((height, width) + tuple(self.shape[2:]), dtype=self.dtype)
+
+        def clipped(box):  # the part of box inside the window, in the window's coordinates
+            y1, y2, x1, x2 = box
+            return (min(max(y1 - y0, 0), height), min(max(y2 - y0, 0), height),
+                    min(max(x1 - x0, 0), width), min(max(x2 - x0, 0), width))
+
+        for quadrant, pasted, pixels in self.quadrants:
+            qy1, qy2, qx1, qx2 = clipped(quadrant)
+            if qy2 <= qy1 or qx2 <= qx1:
+                continue
+            py1, py2, px1, px2 = clipped(pasted)
+            if py2 > py1 and px2 > px1:
+                sy, sx = py1 + y0 - pasted[0], px1 + x0 - pasted[2]
+                out[py1:py2, px1:px2] = pixels[sy:sy + py2 - py1, sx:sx + px2 - px1]
+            _fill_around(out, (qy1, qy2, qx1, qx2), (py1, py2, px1, px2), self.fill)
+        return out
+
+
 @TRANSFORMS.register_module()
 class FastCachedMosaic(CachedMosaic):
     """mmdet's ``CachedMosaic`` (same arguments, draws, cache and results; module doc)."""
 
-    @autocast_box_type()
     def transform(self, results: dict) -> dict:
+        canvas = self.mosaic(results)
+        if canvas is not None:
+            results['img'] = canvas.paint()
+        return results
+
+    @autocast_box_type()
+    def mosaic(self, results: dict) -> Optional[MosaicCanvas]:
+        """mmdet's mosaic of ``results`` but for its pixels: the sample cached, the draws made,
+        the boxes, labels, flags and masks of the four patches put in ``results``, whose
+        ``img`` is then None; the canvas is returned unpainted, for the caller to paint (whole,
+        or only where a resize after it reads: ``ResizeCrop``). None where mmdet leaves the
+        sample as it is (too few cached, or the draw against ``prob``): ``results`` unchanged."""
         entry = _snapshot_into(self.results_cache, results, self.max_cached_images,
                                self.random_pop)
         if len(self.results_cache) <= 4 or np.random.uniform(0, 1) > self.prob:
-            return _own_copy(entry, results)
+            _own_copy(entry, results)
+            return None
         patches = [results] + [self.results_cache[i] for i in self.get_indexes(self.results_cache)]
         width, height = self.img_scale
         img = results['img']
-        canvas = np.empty((int(height * 2), int(width * 2)) + ((3,) if img.ndim == 3 else ()),
-                          dtype=img.dtype)
+        shape = (int(height * 2), int(width * 2)) + ((3,) if img.ndim == 3 else ())
         fill = np.full((), self.pad_val, dtype=img.dtype)  # np.full's cast, as mmdet's canvas
         # the centre's two draws come after the patches' indexes, as in mmdet
         center = (int(np.random.uniform(*self.center_ratio_range) * width),
                   int(np.random.uniform(*self.center_ratio_range) * height))
-        rows, columns = canvas.shape[:2]
+        rows, columns = shape[:2]
         quadrants = ((0, center[1], 0, center[0]), (0, center[1], center[0], columns),
                      (center[1], rows, 0, center[0]), (center[1], rows, center[0], columns))
         with_mask = 'gt_masks' in results
-        boxes, labels, ignore_flags, masks = [], [], [], []
+        boxes, labels, ignore_flags, masks, painted = [], [], [], [], []
         for loc, patch, quadrant in zip(LOCATIONS, patches, quadrants):
             patch_h, patch_w = patch['img'].shape[:2]
             scale = min(height / patch_h, width / patch_w)
             patch_img = _resized(patch['img'], (int(patch_w * scale), int(patch_h * scale)))
             (px1, py1, px2, py2), (cx1, cy1, cx2, cy2) = self._mosaic_combine(
                 loc, center, patch_img.shape[:2][::-1])
-            canvas[py1:py2, px1:px2] = patch_img[cy1:cy2, cx1:cx2]
-            _fill_around(canvas, quadrant, (py1, py2, px1, px2), fill)
+            painted.append((quadrant, (py1, py2, px1, px2), patch_img[cy1:cy2, cx1:cx2]))
             shift_x, shift_y = px1 - cx1, py1 - cy1
             patch_boxes = patch['gt_bboxes'].clone()
             patch_boxes.rescale_([scale, scale])
@@ -162,14 +206,14 @@ class FastCachedMosaic(CachedMosaic):
         if self.bbox_clip_border:
             boxes.clip_([2 * height, 2 * width])
         inside = boxes.is_inside([2 * height, 2 * width]).numpy()
-        results['img'] = canvas
-        results['img_shape'] = canvas.shape[:2]
+        results['img'] = None
+        results['img_shape'] = shape[:2]
         results['gt_bboxes'] = boxes[inside]
         results['gt_bboxes_labels'] = np.concatenate(labels, 0)[inside]
         results['gt_ignore_flags'] = np.concatenate(ignore_flags, 0)[inside]
         if with_mask:
             results['gt_masks'] = masks[0].cat(masks)[inside]
-        return results
+        return MosaicCanvas(shape, img.dtype, fill, painted)
 
 
 @TRANSFORMS.register_module()
