@@ -212,8 +212,9 @@ def test_adopt_gives_rtmdets_chain_its_exact_fast_steps_and_leaves_lsj_to_the_en
         elsewhere, toy_coco_root):
     """RTMDet-Ins: mmdet's mosaic, mix-up, colour jitter and pad swapped, the mosaic and the
     resize and crop after it made one ResizeCrop, the second stage's pipeline
-    (PipelineSwitchHook) adopted too. The LSJ strong baseline: its resize and crop, straight after the loading steps,
-    stay two steps (the batch engine plans them there), and its batches are still planned."""
+    (PipelineSwitchHook) adopted too. The LSJ strong baseline: its resize and crop, straight
+    after the loading steps, stay two steps (the batch engine plans them there), and its batches
+    are still planned."""
     rtmdet = Config.fromfile(str(_write_adopted_config(
         elsewhere, 'mmdet::rtmdet/rtmdet-ins_tiny_8xb32-300e_coco.py', toy_coco_root)))
     assert _train_types(rtmdet.train_dataloader.dataset.pipeline) == [

@@ -7,5 +7,5 @@ from .mix_augment import FastCachedMixUp, FastCachedMosaic, FastPad, FastYOLOXHS
 from .packing import FastPackDetInputs
 
 __all__ = ['DEFERRED_META_KEYS', 'FastCachedMixUp', 'FastCachedMosaic', 'FastPackDetInputs',
-           'FastPad', 'FastYOLOXHSVRandomAug', 'ImageLoadError', 'LoadLazyAnnotations', 'NativeLoadImageFromFile',
-           'NativeLoadResizeFlip', 'ResizeCrop']
+           'FastPad', 'FastYOLOXHSVRandomAug', 'ImageLoadError', 'LoadLazyAnnotations',
+           'NativeLoadImageFromFile', 'NativeLoadResizeFlip', 'ResizeCrop']
