@@ -12,7 +12,9 @@ import torch
 from mmdet.datasets.transforms import CachedMixUp, CachedMosaic, Pad, YOLOXHSVRandomAug
 from mmengine.config import Config
 
+from helpers.torch_features import requires_opcheck
 from helpers.transform_streams import run_both, samples_of
+from mmdet_ext.ops import average_floor
 from mmdet_ext.toy_data import CATEGORIES as TOY_CLASSES
 from mmdet_ext.transforms import (FastCachedMixUp, FastCachedMosaic, FastPad,
                                   FastYOLOXHSVRandomAug)
@@ -30,6 +32,38 @@ def test_mosaic_matches_mmdet(toy_coco_root, kwargs, lazy):
     samples = samples_of(toy_coco_root, lazy)
     changed = run_both(CachedMosaic(**kwargs), FastCachedMosaic(**kwargs), samples)
     assert changed >= len(samples) // 3
+
+
+def test_average_floor_is_mmdets_float32_blend_of_two_8_bit_images():
+    """``ops.average_floor``: ``(0.5 * a + 0.5 * b).astype(uint8)`` as mmdet's CachedMixUp
+    computes it (float32), for every pair of byte values and for images of lengths that end
+    inside and outside the 16-byte vector loop, views included."""
+    values = np.arange(256, dtype=np.uint8)
+    a, b = np.repeat(values, 256), np.tile(values, 256)  # every pair
+    expected = (0.5 * a.astype(np.float32) + 0.5 * b.astype(np.float32)).astype(np.uint8)
+    got = average_floor(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    assert np.array_equal(got, expected)
+    rng = np.random.default_rng(0)
+    for shape in ((1,), (15,), (17, 3), (640, 640, 3), (33, 47, 3)):
+        x, y = (torch.from_numpy(rng.integers(0, 256, shape, dtype=np.uint8)) for _ in range(2))
+        pairs = [(x, y)] if len(shape) < 2 else [(x, y), (x.transpose(0, 1), y.transpose(0, 1)),
+                                                 (x.transpose(0, 1).contiguous(),
+                                                  y.transpose(0, 1))]
+        for u, v in pairs:
+            want = (0.5 * u.numpy().astype(np.float32) +
+                    0.5 * v.numpy().astype(np.float32)).astype(np.uint8)
+            out = average_floor(u, v)
+            assert out.is_contiguous() and np.array_equal(out.numpy(), want), shape
+    with pytest.raises(RuntimeError, match="shapes differ"):
+        average_floor(torch.zeros(3, dtype=torch.uint8), torch.zeros(4, dtype=torch.uint8))
+    with pytest.raises(RuntimeError, match="two CPU uint8 tensors"):
+        average_floor(torch.zeros(3), torch.zeros(3))
+
+
+@requires_opcheck
+def test_average_floor_opcheck():
+    x = torch.randint(0, 256, (5, 7, 3), dtype=torch.uint8)
+    torch.library.opcheck(torch.ops.mmdet_ext.average_floor.default, (x, x.flip(0)))
 
 
 MIXUPS = [

@@ -1,5 +1,5 @@
 """Pixel ops of the pipeline: ``warp_image`` (resize + flip, CPU), ``resize_part`` (the part of
-a resize a crop keeps, CPU), ``normalize_batch`` (CPU and CUDA), ``resize_normalize_batch`` (CPU
+a resize a crop keeps, CPU), ``average_floor`` (the mix-up's blend, CPU), ``normalize_batch`` (CPU and CUDA), ``resize_normalize_batch`` (CPU
 and CUDA) (kernels: ``csrc/transforms/``)."""
 import math
 from typing import Optional, Sequence
@@ -104,6 +104,19 @@ def _resize_part_fake(image: torch.Tensor, out_height: int, out_width: int,
                       keep: list[int], source: Sequence[int] = ()) -> torch.Tensor:
     torch._check(image.dtype == torch.uint8 and image.dim() == 3)
     return image.new_empty((keep[2], keep[3], image.shape[2]))
+
+
+def average_floor(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``floor((a + b) / 2)`` of two uint8 tensors of one shape, a new contiguous tensor: what
+    mmdet's ``CachedMixUp`` makes of two 8-bit images, ``(0.5 * a + 0.5 * b).astype(np.uint8)``
+    (exact in float32), in one pass (CPU)."""
+    return torch.ops.mmdet_ext.average_floor(a, b)
+
+
+@register_fake('mmdet_ext::average_floor')
+def _average_floor_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    torch._check(a.dtype == torch.uint8 and b.dtype == torch.uint8 and a.shape == b.shape)
+    return torch.empty_like(a, memory_format=torch.contiguous_format)
 
 
 def normalize_batch(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,

@@ -16,7 +16,7 @@ sample, caches filled). What they leave out:
   (``np.ones(...) * pad_val``): a 640x640 image passes through three float64 images before it
   is averaged in float32 and truncated. Where that is exact in 8 bits (uint8 colour images, a
   pad value in 0..255, no scale jitter that resamples the float canvas), the canvas is uint8
-  and the average is ``floor((a + b) / 2)`` (``(a & b) + ((a ^ b) >> 1)``), which is what
+  and the average is ``floor((a + b) / 2)`` (``ops.average_floor``, one pass), which is what
   ``(0.5 * a + 0.5 * b).astype(uint8)`` gives for 8-bit ``a`` and ``b`` (both halves and their
   sum are exact in float32). Anything else runs mmdet's own code.
 - ``Pad`` of a flipped image (``RandomFlip`` leaves a view with a negative stride) goes
@@ -34,9 +34,12 @@ from typing import NamedTuple, Optional
 import cv2
 import mmcv
 import numpy as np
+import torch
 from mmdet.datasets.transforms import CachedMixUp, CachedMosaic, Pad, YOLOXHSVRandomAug
 from mmdet.registry import TRANSFORMS
 from mmdet.structures.bbox import autocast_box_type
+
+from ..ops import average_floor
 
 LOCATIONS = ('top_left', 'top_right', 'bottom_left', 'bottom_right')
 
@@ -265,7 +268,7 @@ class FastCachedMixUp(CachedMixUp):
         x_offset = np.random.randint(0, canvas.shape[1] - target_w) if canvas.shape[1] > target_w \
             else 0
         mixed = canvas[y_offset:y_offset + target_h, x_offset:x_offset + target_w]
-        mixed = (img & mixed) + ((img ^ mixed) >> 1)
+        mixed = average_floor(torch.from_numpy(img), torch.from_numpy(mixed)).numpy()
         return self._mix_annotations(results, retrieved, mixed, scale * jit_factor, is_flip,
                                      (height, width), (x_offset, y_offset))
 
