@@ -1,6 +1,6 @@
 """Pixel ops of the pipeline: ``warp_image`` (resize + flip, CPU), ``resize_part`` (the part of
-a resize a crop keeps, CPU), ``average_floor`` (the mix-up's blend, CPU), ``normalize_batch`` (CPU and CUDA), ``resize_normalize_batch`` (CPU
-and CUDA) (kernels: ``csrc/transforms/``)."""
+a resize a crop keeps, CPU), ``average_floor`` (the mix-up's blend, CPU), ``normalize_batch``
+(CPU and CUDA), ``resize_normalize_batch`` (CPU and CUDA) (kernels: ``csrc/transforms/``)."""
 import math
 from typing import Optional, Sequence
 
