@@ -191,6 +191,9 @@ def test_resize_crop_after_a_mosaic_matches_mmdet(toy_coco_root, name, lazy):
     init_default_scope('mmdet')
     samples = samples_of(toy_coco_root, lazy)
     mosaic, resize, crop = CHAINS[name]
+    if name == 'small-sometimes':  # boxes as arrays (LoadAnnotations(box_type=None))
+        for sample in samples:
+            sample['gt_bboxes'] = sample['gt_bboxes'].numpy()
     theirs = _Chain(dict(type='CachedMosaic', **mosaic), resize, crop)
     ours = ResizeCrop(resize=resize, crop=crop, mosaic=dict(type='FastCachedMosaic', **mosaic))
     painted = []

@@ -70,7 +70,8 @@ def overwrite(results: dict) -> None:
     shared them with the output would then differ from mmdet's."""
     for key in ('img', 'gt_bboxes_labels', 'gt_ignore_flags'):
         results[key].flags.writeable and results[key].fill(1)
-    results['gt_bboxes'].tensor.fill_(1.0)
+    boxes = results['gt_bboxes']
+    boxes.tensor.fill_(1.0) if hasattr(boxes, 'tensor') else boxes.fill(1.0)  # boxes or an array
     if isinstance(results.get('gt_masks'), PolygonMasks):
         for polygons in results['gt_masks'].masks:
             for polygon in polygons:
