@@ -75,7 +75,12 @@ def _same_packed(expected: dict, got: dict, where: str) -> None:
 def test_fast_pack_gives_mmdets_inputs(name):
     img = dict(_images())[name]  # made afresh: the test writes to it
     theirs, ours = PackDetInputs(), FastPackDetInputs()
-    expected = theirs(_sample(img))
+    try:
+        expected = theirs(_sample(img))
+    except Exception as error:  # torch < 2.3 has no uint16 tensors: mmdet's raises, so do we
+        with pytest.raises(type(error)):
+            ours(_sample(img))
+        return
     got = ours(_sample(img))
     _same_packed(expected, got, name)
     sample = _sample(img)
