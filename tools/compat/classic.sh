@@ -41,10 +41,12 @@ deps() {
   compat_timed venv compat_make_venv "${COMPAT_PYTHON:-python3.11}" "$venv"
   # Every install below is held to the stack's versions: torch 2.1.2 was built against numpy 1;
   # mmengine 0.10.7 and mmcv's setup.py import pkg_resources (setuptools < 82); mmcv 2.1 predates
-  # OpenCV 5.
+  # OpenCV 5; vernier's pyarrow: 26.0.1 refuses numpy 1 at import (every vernier parity test
+  # failed, 2026-12-04), 21.0.0 imports with numpy 1.26 and vernier passes them.
   cat >"$venv/constraints.txt" <<'PINS'
 torch==2.1.2
 numpy<2
+pyarrow<22
 setuptools<82
 opencv-python==4.11.0.86
 mmengine==0.10.7
