@@ -2,8 +2,8 @@
 
 mmdet makes ``inputs`` ([C, H, W]) of the pipeline's [H, W, C] image with torch's
 ``permute(2, 0, 1).contiguous()`` (numpy's transpose, then a copy, for an image that is not
-contiguous): a strided copy, at 640x640x3 about six times as slow as ``cv2.split`` into the
-planes of the tensor it makes (0.36 against 0.06 ms, one thread, an ad-hoc timing). The image of
+contiguous): a strided copy, several times as slow as ``cv2.split`` into the planes of the
+tensor it makes (benchmarks/results/zoo_transforms_rtmdet.md: the packing step). The image of
 a pipeline the batch engine does not plan (RTMDet's mosaic and mix-up, Mask2Former's large scale
 jitter) is packed this way, once a sample. ``FastPackDetInputs`` makes the same tensor -- shape,
 dtype, values, a storage of its own, contiguous -- by ``cv2.split`` into its planes, and packs
