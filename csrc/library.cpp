@@ -20,13 +20,14 @@ TORCH_LIBRARY(mmdet_ext, m) {
   // into out (CUDA only); returns which it decoded.
   m.def("decode_jpegs_into(Tensor[] data, Tensor(a!) out, int[] offsets, int[] shapes) -> Tensor");
 
-  // mmdet_ext/ops/pixels.py: warp_image, resize_part, average_floor, normalize_batch,
-  // resize_normalize_batch.
+  // mmdet_ext/ops/pixels.py: warp_image, resize_part, average_floor, hsv_shift,
+  // normalize_batch, resize_normalize_batch.
   m.def("warp_image(Tensor image, int out_height, int out_width, int interpolation, int flip, "
         "int[]? keep=None) -> Tensor");
   m.def("resize_part(Tensor image, int out_height, int out_width, int[] keep, int[] source=[]) "
         "-> Tensor");
   m.def("average_floor(Tensor a, Tensor b) -> Tensor");
+  m.def("hsv_shift(Tensor hsv, int[] gains) -> Tensor");
   m.def("normalize_batch(Tensor images, Tensor mean, Tensor std, bool reverse_channels, "
         "Tensor image_sizes, float pad_value) -> Tensor");
   m.def("resize_normalize_batch(Tensor data, Tensor image_shapes, Tensor out_shapes, "

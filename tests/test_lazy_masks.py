@@ -235,11 +235,76 @@ def test_polygon_ops_on_joined_polygons_equal_a_call_per_polygon(dtype):
                                        str(rng.choice(['horizontal', 'vertical']))))][case % 4]
         expected = (getattr(PolygonMasks(rows, 100, 100), op)(*args) if isinstance(op, str)
                     else op(PolygonMasks(rows, 100, 100), *args)).masks
-        got = coordinatewise(rows, 100, 100, op, args, {})
+        got = coordinatewise(rows, [(100, 100, op, args, {})])
         assert len(got) == len(expected)
         for got_row, expected_row in zip(got, expected):
             assert len(got_row) == len(expected_row)
             for a, b in zip(got_row, expected_row):
                 assert a.dtype == b.dtype and np.array_equal(a, b), (case, op)
     mixed = [[np.zeros(6, np.float32)], [np.zeros(6, np.float64)]]
-    assert coordinatewise(mixed, 10, 10, 'flip', ('horizontal',), {}) is None
+    assert coordinatewise(mixed, [(10, 10, 'flip', ('horizontal',), {})]) is None
+
+
+def _random_calls(rng: np.random.Generator) -> list:
+    """1 to 5 calls of ``LazyInstanceMasks.chain``'s methods, as the mosaic and mix-up make."""
+    calls = []
+    for _ in range(int(rng.integers(1, 6))):
+        kind = int(rng.integers(0, 4))
+        if kind == 0:
+            calls.append(('rescale', (float(rng.uniform(0.3, 2.5)),), {}))
+        elif kind == 1:
+            calls.append(('resize', ((int(rng.integers(5, 300)), int(rng.integers(5, 300))),),
+                          {}))
+        elif kind == 2:
+            calls.append(('flip', (str(rng.choice(['horizontal', 'vertical', 'diagonal'])),),
+                          {}))
+        else:
+            calls.append(('translate', (), dict(
+                out_shape=(int(rng.integers(50, 200)), int(rng.integers(50, 200))),
+                offset=float(rng.uniform(-60, 60)),
+                direction=str(rng.choice(['horizontal', 'vertical'])))))
+    return calls
+
+
+@pytest.mark.parametrize('dtype', [np.float64, np.float32])
+def test_a_chain_of_calls_equals_the_calls_one_by_one(dtype):
+    """``chain`` joins the polygons once for all its calls: the same polygons (every coordinate
+    and dtype), the same recorded raster steps, shape and flavour as the calls one after the
+    other, and as mmdet's ``PolygonMasks`` methods called in turn; ``self`` left as it was;
+    polygons of mixed dtypes (which cannot be joined) take the calls one by one."""
+    from mmdet_ext.structures.lazy_masks import LazyPolygonMasks
+    rng = np.random.default_rng(11)
+    rle = RasterSource('rle', 'PPYo1', 20, 30)
+    for case in range(150):
+        rows = _random_polygons(rng, dtype)
+        if case % 5 == 4:  # the fallback: two dtypes
+            rows[0] = [rows[0][0].astype(np.float32 if dtype == np.float64 else np.float64)]
+        flavour = (LazyBitmapMasks, LazyPolygonMasks)[case % 2]
+        items = rows + ([rle] if case % 3 == 0 and flavour is LazyBitmapMasks else [])
+        masks = flavour(items, 100, 100)
+        held = list(masks.items)
+        before = [list(item) if isinstance(item, list) else item for item in masks.items]
+        calls = _random_calls(rng)
+        got = masks.chain(calls)
+        expected, upstream = masks, PolygonMasks(rows, 100, 100)
+        for name, args, kwargs in calls:
+            expected = getattr(expected, name)(*args, **kwargs)
+            upstream = getattr(upstream, name)(*args, **kwargs)
+        assert type(got) is flavour and (got.height, got.width) == (expected.height,
+                                                                     expected.width)
+        assert (got.height, got.width) == (upstream.height, upstream.width)
+        assert '_deferred' not in vars(got) and got._deferred is None
+        assert len(got.items) == len(expected.items) == len(items)
+        for row, (a, b) in enumerate(zip(got.items, expected.items)):
+            if isinstance(b, RasterSource):
+                assert a == b
+                continue
+            assert len(a) == len(b) == len(upstream.masks[row])
+            for x, y, z in zip(a, b, upstream.masks[row]):
+                assert x.dtype == y.dtype == z.dtype and np.array_equal(x, y) and \
+                    np.array_equal(x, z), (case, calls)
+        assert all(a is b for a, b in zip(masks.items, held))  # nothing of self replaced
+        assert all(np.array_equal(p, q) for item, old in zip(masks.items, before)
+                   if isinstance(item, list) for p, q in zip(item, old))
+    with pytest.raises(ValueError, match="'crop' is not one of"):
+        LazyBitmapMasks([], 10, 10).chain([('crop', (np.array([0, 0, 5, 5]),), {})])

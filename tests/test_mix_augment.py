@@ -14,7 +14,7 @@ from mmengine.config import Config
 
 from helpers.torch_features import requires_opcheck
 from helpers.transform_streams import run_both, samples_of
-from mmdet_ext.ops import average_floor
+from mmdet_ext.ops import average_floor, hsv_shift
 from mmdet_ext.toy_data import CATEGORIES as TOY_CLASSES
 from mmdet_ext.transforms import (FastCachedMixUp, FastCachedMosaic, FastPad,
                                   FastYOLOXHSVRandomAug)
@@ -91,12 +91,65 @@ def test_mixup_matches_mmdet(toy_coco_root, kwargs, before, to_float32, lazy):
     assert changed >= len(samples) // 4
 
 
+def mmdet_hsv_shift(hsv: np.ndarray, gains) -> np.ndarray:
+    """What mmdet's YOLOXHSVRandomAug does between its two cvtColors (int16 gains)."""
+    gains = np.asarray(gains, dtype=np.int16)
+    shifted = hsv.astype(np.int16)
+    shifted[..., 0] = (shifted[..., 0] + gains[0]) % 180
+    shifted[..., 1] = np.clip(shifted[..., 1] + gains[1], 0, 255)
+    shifted[..., 2] = np.clip(shifted[..., 2] + gains[2], 0, 255)
+    return shifted.astype(np.uint8)
+
+
+def test_hsv_shift_is_mmdets_int16_shift_for_every_byte_and_gain():
+    """``ops.hsv_shift`` against mmdet's int16 arithmetic: every byte value in every channel
+    (hues of 180..255 too, which cvtColor never makes) under gains at and around every edge of
+    the hue's circle and of the clip, in lengths ending inside and outside the 48-byte vector
+    loop, from views; and the gains it refuses."""
+    values = np.arange(256, dtype=np.uint8)
+    every = np.stack([values, values[::-1], np.roll(values, 77)], axis=-1)  # [256, 3]
+    edges = (-255, -181, -180, -179, -100, -1, 0, 1, 5, 100, 179, 180, 181, 254, 255)
+    rng = np.random.default_rng(0)
+    for gains in [(h, s, v) for h in edges for s, v in ((0, 0), (-255, 255), (30, -30))] + \
+            [tuple(rng.integers(-255, 256, 3)) for _ in range(50)]:
+        got = hsv_shift(torch.from_numpy(every), gains).numpy()
+        assert np.array_equal(got, mmdet_hsv_shift(every, gains)), gains
+    for shape in ((1, 3), (15, 3), (16, 3), (17, 3), (5, 33, 3), (640, 640, 3)):
+        image = rng.integers(0, 256, shape, dtype=np.uint8)
+        views = [image] + ([image[:, ::-1], image[1:, 2:]] if len(shape) == 3 else [])
+        for view in views:
+            gains = tuple(rng.integers(-40, 41, 3))
+            out = hsv_shift(torch.from_numpy(np.ascontiguousarray(view)) if view.strides[1] < 0
+                            else torch.from_numpy(view), gains)
+            assert out.is_contiguous() and out.shape == view.shape
+            assert np.array_equal(out.numpy(), mmdet_hsv_shift(view, gains)), (shape, gains)
+    with pytest.raises(RuntimeError, match="each gain must be in -255..255"):
+        hsv_shift(torch.zeros(4, 3, dtype=torch.uint8), (0, 256, 0))
+    with pytest.raises(RuntimeError, match="3 gains"):
+        hsv_shift(torch.zeros(4, 3, dtype=torch.uint8), (0, 1))
+    with pytest.raises(RuntimeError, match="uint8 tensor of 3 channels"):
+        hsv_shift(torch.zeros(4, 4, dtype=torch.uint8), (0, 0, 0))
+
+
+@requires_opcheck
+def test_hsv_shift_opcheck():
+    x = torch.randint(0, 256, (5, 7, 3), dtype=torch.uint8)
+    torch.library.opcheck(torch.ops.mmdet_ext.hsv_shift.default, (x, [3, -20, 40]))
+
+
+# mmdet's default deltas (RTMDet's), hue deltas past the circle, and deltas whose gains may pass
+# -255..255 (mmdet's own code then).
+HSV_DELTAS = [dict(), dict(hue_delta=170, saturation_delta=255, value_delta=120),
+              dict(hue_delta=400, saturation_delta=300, value_delta=10)]
+
+
+@pytest.mark.parametrize('deltas', HSV_DELTAS, ids=['default', 'wide', 'past-255'])
 @pytest.mark.parametrize('to_float32', [False, True], ids=['uint8', 'float32'])
-def test_hsv_jitter_matches_mmdet(toy_coco_root, to_float32):
+def test_hsv_jitter_matches_mmdet(toy_coco_root, to_float32, deltas):
     samples = samples_of(toy_coco_root, lazy=False, to_float32=to_float32)
     # a view into a larger image, as RandomCrop leaves it: the jitter writes through it
     samples[0]['img'] = np.ascontiguousarray(samples[0]['img'])[5:-5, 7:-3]
-    changed = run_both(YOLOXHSVRandomAug(), FastYOLOXHSVRandomAug(), samples)
+    changed = run_both(YOLOXHSVRandomAug(**deltas), FastYOLOXHSVRandomAug(**deltas), samples)
     assert changed >= len(samples) // 2
 
 

@@ -22,6 +22,7 @@ import functools
 import gc
 import importlib
 import importlib.util
+import operator
 import time
 import warnings
 import weakref
@@ -229,8 +230,7 @@ class HotcocoEval(TablesFromPackage):
         print('Loading and preparing results...')
         if not results:
             raise IndexError('list index out of range')  # pycocotools' loadRes' own
-        known = set(coco.getImgIds())
-        if not all(result['image_id'] in known for result in results):
+        if not set(map(operator.itemgetter('image_id'), results)) <= set(coco.getImgIds()):
             raise AssertionError('Results do not correspond to current coco set')
         return RawResults(results)
 

@@ -16,7 +16,7 @@ from .masks import (Polygon, pack_counts, pack_polygons, paste_masks_to_rle,
                     rle_crop_and_resize, rle_decode, rle_decode_batch, rle_decode_batch_into,
                     rle_encode, rle_encode_batch, rle_from_polygons, rle_from_string, rle_merge,
                     rle_to_bbox, rle_to_string, to_coco_rles)
-from .pixels import (FLIP_CODES, INTERPOLATIONS, average_floor, normalize_batch,
+from .pixels import (FLIP_CODES, INTERPOLATIONS, average_floor, hsv_shift, normalize_batch,
                      resize_normalize_batch, resize_part, source_window, warp_image)
 
 __all__ = [
@@ -24,7 +24,7 @@ __all__ = [
     'decode_image',
     'decode_encoded_batch', 'decode_images_into', 'decode_jpegs_into', 'gpu_decodes_on',
     'nvjpeg_problem',
-    'deferred_pixels_device', 'has_kernel',
+    'deferred_pixels_device', 'has_kernel', 'hsv_shift',
     'normalize_batch', 'pack_counts', 'pack_polygons', 'paste_masks_to_rle',
     'polygons_crop_and_resize', 'polygons_to_masks', 'polygons_to_masks_into', 'rle_area',
     'rle_crop_and_resize', 'rle_decode', 'rle_decode_batch', 'rle_decode_batch_into',

@@ -1,6 +1,7 @@
 """Pixel ops of the pipeline: ``warp_image`` (resize + flip, CPU), ``resize_part`` (the part of
-a resize a crop keeps, CPU), ``average_floor`` (the mix-up's blend, CPU), ``normalize_batch``
-(CPU and CUDA), ``resize_normalize_batch`` (CPU and CUDA) (kernels: ``csrc/transforms/``)."""
+a resize a crop keeps, CPU), ``average_floor`` (the mix-up's blend, CPU), ``hsv_shift`` (the
+colour jitter's HSV shift, CPU), ``normalize_batch`` (CPU and CUDA), ``resize_normalize_batch``
+(CPU and CUDA) (kernels: ``csrc/transforms/``)."""
 import math
 from typing import Optional, Sequence
 
@@ -117,6 +118,21 @@ def average_floor(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _average_floor_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     torch._check(a.dtype == torch.uint8 and b.dtype == torch.uint8 and a.shape == b.shape)
     return torch.empty_like(a, memory_format=torch.contiguous_format)
+
+
+def hsv_shift(hsv: torch.Tensor, gains: Sequence[int]) -> torch.Tensor:
+    """An 8-bit HSV image (Tensor[..., 3] uint8, OpenCV's hue range 0..179) with its hue moved
+    by ``gains[0]`` round the circle, ``(h + gains[0]) % 180``, and its saturation and value by
+    ``gains[1]``, ``gains[2]``, clipped to 0..255: what mmdet's ``YOLOXHSVRandomAug`` does to
+    the image between its two ``cvtColor`` calls (in int16, floor modulo), in one pass (CPU).
+    Each gain in -255..255; a new contiguous tensor."""
+    return torch.ops.mmdet_ext.hsv_shift(hsv, [int(g) for g in gains])
+
+
+@register_fake('mmdet_ext::hsv_shift')
+def _hsv_shift_fake(hsv: torch.Tensor, gains: Sequence[int]) -> torch.Tensor:
+    torch._check(hsv.dtype == torch.uint8 and hsv.dim() >= 1 and hsv.shape[-1] == 3)
+    return torch.empty_like(hsv, memory_format=torch.contiguous_format)
 
 
 def normalize_batch(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,

@@ -34,14 +34,18 @@ Item = Union[Polygon, RasterSource]
 COORDINATEWISE_OPS = ('rescale', 'resize', 'flip', translate_masks)
 
 
-def coordinatewise(rows: list, height: int, width: int, op: Union[str, Callable], args: tuple,
-                   kwargs: dict) -> Optional[list]:
-    """``op`` (one of ``COORDINATEWISE_OPS``) on the instances ``rows`` (each a list of polygons)
-    of an image of ``height`` x ``width``, as ``PolygonMasks(rows, height, width)``'s own method
-    computes it, in one call on the installed mmdet's ``PolygonMasks``: all the polygons joined
-    into one (x, y pairs stay pairs), then split back. The same numbers as a call per polygon,
-    without its Python loop. None where the polygons are not all flat arrays of one dtype with
-    whole (x, y) pairs (then the caller runs ``op`` as it is)."""
+# The LazyInstanceMasks methods whose polygon work is one of COORDINATEWISE_OPS: ``chain``'s.
+CHAINABLE = ('rescale', 'resize', 'flip', 'translate')
+
+
+def coordinatewise(rows: list, steps: Sequence[tuple]) -> Optional[list]:
+    """``steps`` -- each (height, width, op, args, kwargs), ``op`` one of ``COORDINATEWISE_OPS``
+    on an image of ``height`` x ``width`` -- on the instances ``rows`` (each a list of polygons),
+    one after the other, as ``PolygonMasks(rows, height, width)``'s own methods compute them, one
+    call a step on the installed mmdet's ``PolygonMasks``: all the polygons joined into one (x, y
+    pairs stay pairs) once, then split back once. The same numbers as a call per polygon and
+    step, without their Python loops. None where the polygons are not all flat arrays of one
+    dtype with whole (x, y) pairs (then the caller runs the steps as they are)."""
     parts, dtype = [], None
     for row in rows:
         for part in row:
@@ -52,8 +56,9 @@ def coordinatewise(rows: list, height: int, width: int, op: Union[str, Callable]
             parts.append(part)
     if not parts:
         return None
-    joined = PolygonMasks([[np.concatenate(parts)]], height, width)
-    moved = apply_mask_op(joined, op, args, kwargs).masks[0][0]
+    moved = np.concatenate(parts)
+    for height, width, op, args, kwargs in steps:
+        moved = apply_mask_op(PolygonMasks([[moved]], height, width), op, args, kwargs).masks[0][0]
     result, start = [], 0
     for row in rows:
         pieces = []
@@ -63,6 +68,16 @@ def coordinatewise(rows: list, height: int, width: int, op: Union[str, Callable]
             start = end
         result.append(pieces)
     return result
+
+
+def chain_calls(masks: BaseInstanceMasks, calls: Sequence[tuple]) -> BaseInstanceMasks:
+    """``masks`` after ``calls`` (each (method name, args, kwargs), of ``CHAINABLE``) in order:
+    ``LazyInstanceMasks.chain`` for lazy masks, the methods one after the other for mmdet's."""
+    if isinstance(masks, LazyInstanceMasks):
+        return masks.chain(calls)
+    for name, args, kwargs in calls:
+        masks = getattr(masks, name)(*args, **kwargs)
+    return masks
 
 
 class MaskInputError(ValueError, AssertionError):
@@ -170,18 +185,26 @@ class LazyInstanceMasks(BaseInstanceMasks):
         return [i for i, item in enumerate(self.items) if not isinstance(item, RasterSource)]
 
     # -- geometry: polygons through PolygonMasks, rasters recorded ---------------------------
+    # Inside ``chain``: the polygon steps put off so far, (height, width, op, args, kwargs).
+    _deferred: Optional[list] = None
+
     def _map(self, op: Union[str, Callable], out_shape: tuple, *args,
              polygon_op: Optional[Callable] = None, **kwargs) -> 'LazyInstanceMasks':
         """Apply ``op`` -- a mask method's name, or a function of (masks, *args) -- to every
         polygon as ``PolygonMasks`` (``polygon_op`` there instead, where given: a function that
-        computes what ``op`` does to them) and record it for every raster."""
+        computes what ``op`` does to them) and record it for every raster. Inside ``chain`` the
+        polygons' step is put off (``_deferred``)."""
         polygon_rows = self._polygon_rows()
         items = list(self.items)
+        if self._deferred is not None:
+            assert polygon_op is None and op in COORDINATEWISE_OPS, op  # chain's CHAINABLE
+            polygon_rows = []
+            deferred = self._deferred + [(self.height, self.width, op, args, kwargs)]
         if polygon_rows:
             rows = [items[i] for i in polygon_rows]
             result = None
             if polygon_op is None and op in COORDINATEWISE_OPS:
-                result = coordinatewise(rows, self.height, self.width, op, args, kwargs)
+                result = coordinatewise(rows, [(self.height, self.width, op, args, kwargs)])
             if result is None:
                 polygons = PolygonMasks(rows, self.height, self.width)
                 result = apply_mask_op(polygons, polygon_op or op, args, kwargs).masks
@@ -190,7 +213,36 @@ class LazyInstanceMasks(BaseInstanceMasks):
         for i, item in enumerate(items):
             if isinstance(item, RasterSource):
                 items[i] = item.then(op, *args, **kwargs)
-        return self._wrap(items, *out_shape)
+        result = self._wrap(items, *out_shape)
+        if self._deferred is not None:
+            result._deferred = deferred
+        return result
+
+    def chain(self, calls: Sequence[tuple]) -> 'LazyInstanceMasks':
+        """The masks after ``calls`` -- each (method name, args, kwargs), of ``CHAINABLE`` --
+        made in order, as calling the methods one after the other makes them, with the polygons
+        joined and split once for all the calls (``coordinatewise``), not once a call."""
+        for name, _, _ in calls:
+            if name not in CHAINABLE:
+                raise MaskInputError(f'{type(self).__name__}.chain: {name!r} is not one of '
+                                     f'{CHAINABLE}')
+        masks = self._wrap(list(self.items), self.height, self.width)
+        masks._deferred = []
+        for name, args, kwargs in calls:
+            masks = getattr(masks, name)(*args, **kwargs)
+        steps = masks.__dict__.pop('_deferred')
+        polygon_rows = self._polygon_rows()
+        if not polygon_rows:
+            return masks
+        moved = coordinatewise([self.items[i] for i in polygon_rows], steps)
+        if moved is None:  # polygons coordinatewise cannot join: the calls one by one
+            masks = self
+            for name, args, kwargs in calls:
+                masks = getattr(masks, name)(*args, **kwargs)
+            return masks
+        for row, polygon in zip(polygon_rows, moved):
+            masks.items[row] = polygon
+        return masks
 
     def rescale(self, scale, interpolation: str = 'nearest') -> 'LazyInstanceMasks':
         new_w, new_h = mmcv.rescale_size((self.width, self.height), scale)

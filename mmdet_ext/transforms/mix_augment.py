@@ -23,10 +23,9 @@ sample, caches filled). What they leave out:
   through numpy's strided copy, which OpenCV makes of such a view, before its border is added;
   here the flipped view is copied by ``cv2.flip`` first.
 - ``YOLOXHSVRandomAug`` shifts and clips the HSV channels as int16 images. Here the same
-  per-channel map is one table lookup (``cv2.LUT``) on the uint8 HSV image, or, where the hue
-  is left as it is (its gain drawn 0: 3 samples in 5), ``cv2.add``'s saturating sum of the
-  saturation and value gains (nothing where they are 0 too); other images run mmdet's own
-  code.
+  per-channel map is one pass over the uint8 HSV image (``ops.hsv_shift``; nothing where the
+  three gains are drawn 0); other images, and gains beyond -255..255 (where mmdet's int16 sums
+  could wrap), run mmdet's own code.
 """
 import copy
 from typing import NamedTuple, Optional
@@ -39,7 +38,8 @@ from mmdet.datasets.transforms import CachedMixUp, CachedMosaic, Pad, YOLOXHSVRa
 from mmdet.registry import TRANSFORMS
 from mmdet.structures.bbox import autocast_box_type
 
-from ..ops import average_floor
+from ..ops import average_floor, hsv_shift
+from ..structures.lazy_masks import chain_calls
 
 LOCATIONS = ('top_left', 'top_right', 'bottom_left', 'bottom_right')
 
@@ -200,11 +200,12 @@ class FastCachedMosaic(CachedMosaic):
             ignore_flags.append(patch['gt_ignore_flags'])
             if with_mask and patch.get('gt_masks', None) is not None:
                 out_shape = (int(width * 2), int(height * 2))
-                patch_masks = patch['gt_masks'].rescale(float(scale))
-                patch_masks = patch_masks.translate(out_shape=out_shape, offset=shift_x,
-                                                    direction='horizontal')
-                masks.append(patch_masks.translate(out_shape=out_shape, offset=shift_y,
-                                                   direction='vertical'))
+                masks.append(chain_calls(patch['gt_masks'], [
+                    ('rescale', (float(scale),), {}),
+                    ('translate', (), dict(out_shape=out_shape, offset=shift_x,
+                                           direction='horizontal')),
+                    ('translate', (), dict(out_shape=out_shape, offset=shift_y,
+                                           direction='vertical'))]))
         boxes = boxes[0].cat(boxes, 0)
         if self.bbox_clip_border:
             boxes.clip_([2 * height, 2 * width])
@@ -281,20 +282,18 @@ class FastCachedMixUp(CachedMixUp):
         boxes = retrieved['gt_bboxes'].clone()
         boxes.rescale_([scale, scale])
         with_mask = 'gt_masks' in results
-        if with_mask:
-            masks = retrieved['gt_masks'].rescale(scale)
         if self.bbox_clip_border:
             boxes.clip_(list(scaled_hw))
         if is_flip:
             boxes.flip_(list(scaled_hw), direction='horizontal')
-            if with_mask:
-                masks = masks.flip()
         boxes.translate_([-offset_xy[0], -offset_xy[1]])
         if with_mask:
-            masks = masks.translate(out_shape=(target_h, target_w), offset=-offset_xy[0],
-                                    direction='horizontal')
-            masks = masks.translate(out_shape=(target_h, target_w), offset=-offset_xy[1],
-                                    direction='vertical')
+            masks = chain_calls(retrieved['gt_masks'], [
+                ('rescale', (scale,), {}), *([('flip', (), {})] if is_flip else []),
+                ('translate', (), dict(out_shape=(target_h, target_w), offset=-offset_xy[0],
+                                       direction='horizontal')),
+                ('translate', (), dict(out_shape=(target_h, target_w), offset=-offset_xy[1],
+                                       direction='vertical'))])
         if self.bbox_clip_border:
             boxes.clip_([target_h, target_w])
         boxes = boxes.cat((results['gt_bboxes'], boxes), dim=0)
@@ -317,16 +316,14 @@ class FastYOLOXHSVRandomAug(YOLOXHSVRandomAug):
         img = results['img']
         if not _is_byte_colour(img):
             return super().transform(results)
+        state = np.random.get_state()
         gains = self._get_hsv_gains().astype(np.int64)
+        if np.any(np.abs(gains) > 255):  # mmdet's int16 sums may wrap: its own code
+            np.random.set_state(state)
+            return super().transform(results)
         hsv = cv2.cvtColor(img, cv2.COLOR_BGR2HSV)
-        if gains[0] == 0:  # hues as they are: S and V clipped sums, cv2.add's saturation
-            if gains[1] or gains[2]:
-                hsv = cv2.add(hsv, (0.0, float(gains[1]), float(gains[2]), 0.0))
-        else:
-            values = np.arange(256, dtype=np.int64)
-            table = np.stack([(values + gains[0]) % 180, np.clip(values + gains[1], 0, 255),
-                              np.clip(values + gains[2], 0, 255)], axis=-1).astype(np.uint8)
-            hsv = cv2.LUT(hsv, table.reshape(256, 1, 3))
+        if gains.any():
+            hsv = hsv_shift(torch.from_numpy(hsv), gains.tolist()).numpy()
         cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR, dst=img)
         results['img'] = img
         return results
