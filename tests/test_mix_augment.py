@@ -34,6 +34,42 @@ def test_mosaic_matches_mmdet(toy_coco_root, kwargs, lazy):
     assert changed >= len(samples) // 3
 
 
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+def test_mosaic_boxes_moved_at_once_equal_mmdets_calls_patch_by_patch(dtype):
+    """``_moved_boxes``: the four patches' ``HorizontalBoxes`` scaled and shifted in one multiply
+    and one add equal mmdet's ``clone``, ``rescale_``, ``translate_`` and ``cat`` bit for bit
+    (factors that round in float32, empty patches, shifts of either sign); a box type other
+    than ``HorizontalBoxes`` takes mmdet's calls themselves."""
+    from mmdet.structures.bbox import HorizontalBoxes
+
+    from mmdet_ext.transforms.mix_augment import _moved_boxes
+
+    class OtherBoxes(HorizontalBoxes):
+        pass
+
+    rng = np.random.default_rng(5)
+    for case in range(200):
+        moves = [(HorizontalBoxes(torch.from_numpy(rng.uniform(-50, 700, (n, 4))).to(dtype)),
+                  float(rng.uniform(0.1, 3.0)), int(rng.integers(-640, 640)),
+                  int(rng.integers(-640, 640)))
+                 for n in rng.integers(0, 9, 4) * (case % 7 != 0)]
+        expected = []
+        for boxes, scale, shift_x, shift_y in moves:
+            boxes = boxes.clone()
+            boxes.rescale_([scale, scale])
+            boxes.translate_([shift_x, shift_y])
+            expected.append(boxes)
+        expected = expected[0].cat(expected, 0)
+        before = [b.tensor.clone() for b, _, _, _ in moves]
+        got = _moved_boxes(moves)
+        assert type(got) is HorizontalBoxes and got.tensor.dtype == dtype
+        assert torch.equal(got.tensor, expected.tensor), case
+        assert all(torch.equal(b.tensor, t) for (b, _, _, _), t in zip(moves, before))
+        other = [(OtherBoxes(b.tensor), *rest) for b, *rest in moves]
+        assert type(_moved_boxes(other)) is OtherBoxes
+        assert torch.equal(_moved_boxes(other).tensor, expected.tensor)
+
+
 def test_average_floor_is_mmdets_float32_blend_of_two_8_bit_images():
     """``ops.average_floor``: ``(0.5 * a + 0.5 * b).astype(uint8)`` as mmdet's CachedMixUp
     computes it (float32), for every pair of byte values and for images of lengths that end

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from mmdet.datasets.transforms import CachedMixUp, CachedMosaic, Pad, YOLOXHSVRandomAug
 from mmdet.registry import TRANSFORMS
-from mmdet.structures.bbox import autocast_box_type
+from mmdet.structures.bbox import HorizontalBoxes, autocast_box_type
 
 from ..ops import average_floor, hsv_shift
 from ..structures.lazy_masks import chain_calls
@@ -116,6 +116,32 @@ def _is_byte_colour(img: np.ndarray) -> bool:
     return img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3
 
 
+def _moved_boxes(moves: list):
+    """The mosaic's boxes: each patch's (``moves``: (boxes, scale, shift_x, shift_y)) cloned,
+    ``rescale_([scale, scale])``, ``translate_([shift_x, shift_y])``, then joined (``cat``), as
+    mmdet makes them. For ``HorizontalBoxes`` of one float dtype (those two methods multiply by
+    the factors and add the shifts as tensors of the boxes' dtype), one multiply and one add over
+    all the patches' boxes with each row's factor and shift: the same operations on the same
+    numbers, elementwise."""
+    first = moves[0][0].tensor
+    if not all(type(b) is HorizontalBoxes and b.tensor.dtype == first.dtype and
+               b.tensor.device == first.device for b, _, _, _ in moves) or \
+            not first.dtype.is_floating_point:
+        moved = []
+        for patch_boxes, scale, shift_x, shift_y in moves:
+            patch_boxes = patch_boxes.clone()
+            patch_boxes.rescale_([scale, scale])
+            patch_boxes.translate_([shift_x, shift_y])
+            moved.append(patch_boxes)
+        return moved[0].cat(moved, 0)
+    counts = torch.tensor([len(b) for b, _, _, _ in moves])
+    factors = torch.tensor([[scale] * 4 + [shift_x, shift_y] * 2
+                            for _, scale, shift_x, shift_y in moves], dtype=torch.float64)
+    factors = factors.to(first.dtype).repeat_interleave(counts, dim=0)  # new_tensor's rounding
+    joined = torch.cat([b.tensor for b, _, _, _ in moves]).reshape(-1, 4)
+    return HorizontalBoxes(joined * factors[:, :4] + factors[:, 4:], clone=False)
+
+
 class MosaicCanvas(NamedTuple):
     """A mosaic's canvas before it is painted: its shape and dtype, the pad value, and the four
     quadrants, each with the part of it its patch covers (both (y1, y2, x1, x2)) and the patch's
@@ -192,10 +218,7 @@ class FastCachedMosaic(CachedMosaic):
                 loc, center, patch_img.shape[:2][::-1])
             painted.append((quadrant, (py1, py2, px1, px2), patch_img[cy1:cy2, cx1:cx2]))
             shift_x, shift_y = px1 - cx1, py1 - cy1
-            patch_boxes = patch['gt_bboxes'].clone()
-            patch_boxes.rescale_([scale, scale])
-            patch_boxes.translate_([shift_x, shift_y])
-            boxes.append(patch_boxes)
+            boxes.append((patch['gt_bboxes'], scale, shift_x, shift_y))
             labels.append(patch['gt_bboxes_labels'])
             ignore_flags.append(patch['gt_ignore_flags'])
             if with_mask and patch.get('gt_masks', None) is not None:
@@ -206,7 +229,7 @@ class FastCachedMosaic(CachedMosaic):
                                            direction='horizontal')),
                     ('translate', (), dict(out_shape=out_shape, offset=shift_y,
                                            direction='vertical'))]))
-        boxes = boxes[0].cat(boxes, 0)
+        boxes = _moved_boxes(boxes)
         if self.bbox_clip_border:
             boxes.clip_([2 * height, 2 * width])
         inside = boxes.is_inside([2 * height, 2 * width]).numpy()
