@@ -2,13 +2,18 @@
 // 8-bit HSV image's hue moved round the circle, (h + gh) mod 180 (numpy's floor modulo of the
 // int16 sum), and its saturation and value moved and clipped to 0..255. mmdet casts the image to
 // int16 and makes three more images for it; cv2.LUT with a three-channel table does it in one
-// pass but slowly (0.5 ms at 640x640). Here one pass, 48 bytes (16 pixels) at a time with SSE2:
-// each byte widened to 16 bits with its channel's gain added (the hue's taken mod 180 first),
-// the hue lanes brought back under 180 by at most two subtractions (a hue byte is < 256 and its
-// gain < 180), and the 16-bit lanes packed back with unsigned saturation, which is the clip of
-// the other two. Gains are the int16 draws mmdet makes; the Python side keeps them in -255..255.
+// pass but slowly (0.5 ms at 640x640). Here one pass, 48 bytes (16 pixels) at a time with SSE2,
+// in bytes, the same operations for every lane with its channel's constants: saturation and
+// value are the saturating sum with the positive part of their gain less the negative part
+// (both 0 in hue lanes); a hue h, its gain g taken mod 180 first (0..179), becomes h + g, less
+// 180 where h >= 180 - g (in bytes mod 256: the result is in 0..254), and, for the hues of
+// 180..255 cvtColor never makes, less 180 once more where that is still >= 180 (the 180s are 0
+// in the other lanes). Gains are the int16 draws mmdet makes; the Python side keeps them in
+// -255..255.
 #include <torch/library.h>
 #include <torch/types.h>
+
+#include <algorithm>
 
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -26,12 +31,23 @@ inline uint8_t shifted(uint8_t value, int channel, const int gains[3]) {
 }
 
 #ifdef __SSE2__
-// 8 bytes starting at channel `first` (of 0, 1, 2) widened with the gains added and the hues
-// brought under 180; `gain`, `hue_180`, `hue_179` are the lanes' constants for that phase.
-inline __m128i shift_lanes(__m128i wide, __m128i gain, __m128i hue_180, __m128i hue_179) {
-  __m128i v = _mm_add_epi16(wide, gain);
-  v = _mm_sub_epi16(v, _mm_and_si128(_mm_cmpgt_epi16(v, hue_179), hue_180));
-  return _mm_sub_epi16(v, _mm_and_si128(_mm_cmpgt_epi16(v, hue_179), hue_180));
+// a >= b, bytes as unsigned.
+inline __m128i at_least(__m128i a, __m128i b) { return _mm_cmpeq_epi8(_mm_max_epu8(a, b), a); }
+
+// The constants of one 16-byte phase of a 48-byte block (its lanes' channels).
+struct Phase {
+  __m128i up;     // saturation/value lanes: the positive part of the gain; else 0
+  __m128i down;   // saturation/value lanes: the negative part of the gain; else 0
+  __m128i add;    // hue lanes: g; else 0
+  __m128i wrap;   // hue lanes: 180 - g; else 0 (never used: `turn` is 0 there)
+  __m128i turn;   // hue lanes: 180; else 0
+};
+
+inline __m128i shift_phase(__m128i x, const Phase& c) {
+  const __m128i y = _mm_subs_epu8(_mm_adds_epu8(x, c.up), c.down);
+  const __m128i h =
+      _mm_sub_epi8(_mm_add_epi8(y, c.add), _mm_and_si128(at_least(y, c.wrap), c.turn));
+  return _mm_sub_epi8(h, _mm_and_si128(at_least(h, c.turn), c.turn));
 }
 #endif
 
@@ -54,30 +70,28 @@ at::Tensor hsv_shift_cpu(const at::Tensor& hsv, at::IntArrayRef gains) {
   const int64_t count = src.numel();
   int64_t i = 0;
 #ifdef __SSE2__
-  // Lane constants for the 6 phases of 8 lanes in a 48-byte block: lane k of phase j is byte
-  // 8 * j + k, channel (8 * j + k) % 3.
-  __m128i gain[6], hue_180[6], hue_179[6];
-  for (int j = 0; j < 6; ++j) {
-    alignas(16) int16_t g[8], h180[8], h179[8];
-    for (int k = 0; k < 8; ++k) {
-      const int channel = (8 * j + k) % 3;
-      g[k] = static_cast<int16_t>(shift[channel]);
-      h180[k] = channel == 0 ? 180 : 0;
-      h179[k] = channel == 0 ? 179 : 32767;  // never exceeded: no subtraction off the hue
+  Phase phases[3];
+  for (int r = 0; r < 3; ++r) {
+    alignas(16) uint8_t up[16], down[16], add[16], wrap[16], turn[16];
+    for (int k = 0; k < 16; ++k) {
+      const int channel = (16 * r + k) % 3;
+      const int gain = shift[channel];
+      up[k] = static_cast<uint8_t>(channel == 0 ? 0 : std::max(gain, 0));
+      down[k] = static_cast<uint8_t>(channel == 0 ? 0 : std::max(-gain, 0));
+      add[k] = static_cast<uint8_t>(channel == 0 ? gain : 0);
+      wrap[k] = static_cast<uint8_t>(channel == 0 ? 180 - gain : 0);
+      turn[k] = static_cast<uint8_t>(channel == 0 ? 180 : 0);
     }
-    gain[j] = _mm_load_si128(reinterpret_cast<const __m128i*>(g));
-    hue_180[j] = _mm_load_si128(reinterpret_cast<const __m128i*>(h180));
-    hue_179[j] = _mm_load_si128(reinterpret_cast<const __m128i*>(h179));
+    const auto load = [](const uint8_t* v) {
+      return _mm_load_si128(reinterpret_cast<const __m128i*>(v));
+    };
+    phases[r] = Phase{load(up), load(down), load(add), load(wrap), load(turn)};
   }
-  const __m128i zero = _mm_setzero_si128();
   for (; i + 48 <= count; i += 48) {
     for (int r = 0; r < 3; ++r) {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + 16 * r));
-      const __m128i low = shift_lanes(_mm_unpacklo_epi8(bytes, zero), gain[2 * r],
-                                      hue_180[2 * r], hue_179[2 * r]);
-      const __m128i high = shift_lanes(_mm_unpackhi_epi8(bytes, zero), gain[2 * r + 1],
-                                       hue_180[2 * r + 1], hue_179[2 * r + 1]);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + i + 16 * r), _mm_packus_epi16(low, high));
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + 16 * r));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + i + 16 * r),
+                       shift_phase(x, phases[r]));
     }
   }
 #endif
