@@ -24,8 +24,8 @@ sample, caches filled). What they leave out:
   here the flipped view is copied by ``cv2.flip`` first.
 - ``YOLOXHSVRandomAug`` shifts and clips the HSV channels as int16 images. Here the same
   per-channel map is one pass over the uint8 HSV image (``ops.hsv_shift``; nothing where the
-  three gains are drawn 0); other images, and gains beyond -255..255 (where mmdet's int16 sums
-  could wrap), run mmdet's own code.
+  three gains are drawn 0); other images, and deltas past 255 (gains past -255..255, where
+  mmdet's int16 sums could wrap), run mmdet's own code.
 """
 import copy
 from typing import NamedTuple, Optional
@@ -134,10 +134,10 @@ def _moved_boxes(moves: list):
             patch_boxes.translate_([shift_x, shift_y])
             moved.append(patch_boxes)
         return moved[0].cat(moved, 0)
-    counts = torch.tensor([len(b) for b, _, _, _ in moves])
-    factors = torch.tensor([[scale] * 4 + [shift_x, shift_y] * 2
-                            for _, scale, shift_x, shift_y in moves], dtype=torch.float64)
-    factors = factors.to(first.dtype).repeat_interleave(counts, dim=0)  # new_tensor's rounding
+    factors = np.repeat(np.array([[scale] * 4 + [shift_x, shift_y] * 2
+                                  for _, scale, shift_x, shift_y in moves], dtype=np.float64),
+                        [len(b) for b, _, _, _ in moves], axis=0)
+    factors = torch.from_numpy(factors).to(first.dtype)  # new_tensor's rounding
     joined = torch.cat([b.tensor for b, _, _, _ in moves]).reshape(-1, 4)
     return HorizontalBoxes(joined * factors[:, :4] + factors[:, 4:], clone=False)
 
@@ -339,11 +339,9 @@ class FastYOLOXHSVRandomAug(YOLOXHSVRandomAug):
         img = results['img']
         if not _is_byte_colour(img):
             return super().transform(results)
-        state = np.random.get_state()
-        gains = self._get_hsv_gains().astype(np.int64)
-        if np.any(np.abs(gains) > 255):  # mmdet's int16 sums may wrap: its own code
-            np.random.set_state(state)
-            return super().transform(results)
+        if max(abs(self.hue_delta), abs(self.saturation_delta), abs(self.value_delta)) > 255:
+            return super().transform(results)  # gains past -255..255: mmdet's int16 sums
+        gains = self._get_hsv_gains().astype(np.int64)  # each |gain| < its delta
         hsv = cv2.cvtColor(img, cv2.COLOR_BGR2HSV)
         if gains.any():
             hsv = hsv_shift(torch.from_numpy(hsv), gains.tolist()).numpy()
