@@ -1,5 +1,10 @@
 """Shared fixtures: a small toy COCO dataset on disk, running the main job on it, and clean
-checkpoint loaders per test."""
+checkpoint loaders per test.
+
+Imported for every test, so at the top it needs only numpy and pytest: OpenCV, psutil and
+mmengine/mmcv/mmdet (through ``mmdet_ext._compat``) are imported by the fixtures that use them,
+so that the tests of the native ops run where only torch is installed (a lent GPU machine;
+tests/test_torch_only.py holds it)."""
 import gc
 import json
 import os
@@ -9,19 +14,19 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-import cv2
 import numpy as np
-import psutil
 import pytest
 
-from mmdet_ext._compat import checkpoint_schemes, set_checkpoint_schemes
-from mmdet_ext.toy_data import make_toy_coco
+# What ``mmdet_ext._compat`` imports: the framework, and cv2, which mmcv itself needs.
+UPSTREAM = ('mmengine', 'mmcv', 'mmdet', 'cv2')
 
 
 @pytest.fixture(scope='session')
 def toy_coco_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Root of a 8-train / 4-val toy COCO dataset (the mix of sizes and kinds of
     ``mmdet_ext.toy_data.IMAGE_KINDS``)."""
+    from mmdet_ext.toy_data import make_toy_coco
+
     root = tmp_path_factory.mktemp('toy_coco')
     make_toy_coco(root, num_train=8, num_val=4, seed=0)
     return root
@@ -37,6 +42,8 @@ MIXED_EXTRA_IMAGES = (('small.jpg', 36, 48, (2,)), ('portrait.jpg', 50, 60, (1,)
 def mixed_coco_root(toy_coco_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The toy set with ``MIXED_EXTRA_IMAGES`` (img_ids 9, 10, 11) added to its train split: two
     small images for ``min_size`` and one without annotations for ``filter_empty_gt``."""
+    import cv2
+
     root = tmp_path_factory.mktemp('mixed_coco')
     shutil.copytree(toy_coco_root, root, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns('*.mdxstore*'))
@@ -84,7 +91,15 @@ def no_dataloader_restart_pause(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _restore_checkpoint_schemes():
-    """A Runner that raises skips ``after_run``; keep mmengine's checkpoint loaders clean."""
+    """A Runner that raises skips ``after_run``; keep mmengine's checkpoint loaders clean
+    (where mmengine is installed: without it there are none)."""
+    try:
+        from mmdet_ext._compat import checkpoint_schemes, set_checkpoint_schemes
+    except ImportError as err:
+        if (err.name or '').split('.')[0] not in UPSTREAM:
+            raise
+        yield
+        return
     schemes = checkpoint_schemes()
     yield
     set_checkpoint_schemes(schemes)
@@ -95,15 +110,23 @@ def _end_forked_workers():
     """A Runner (or a DataLoader iterator) that a test leaves in a reference cycle keeps its
     persistent workers alive until the cycle is collected: up to 10 of them were still running
     when the suite ended, and pytest then waited about 50 s for their shutdown at exit. When a
-    test leaves forked children of this process, collect the cycles so the workers end now."""
+    test leaves forked children of this process, collect the cycles so the workers end now
+    (without psutil, after every test)."""
     yield
+    try:
+        import psutil
+    except ImportError:
+        gc.collect()
+        return
     me = psutil.Process()
-    forks = [child for child in me.children() if _is_live_fork(child, me)]
-    if forks:
+    if any(_is_live_fork(child, me) for child in me.children()):
         gc.collect()
 
 
-def _is_live_fork(child: psutil.Process, parent: psutil.Process) -> bool:
+def _is_live_fork(child, parent) -> bool:
+    """Whether ``child`` (a ``psutil.Process``) runs and is a fork of ``parent``."""
+    import psutil
+
     try:
         return child.status() != psutil.STATUS_ZOMBIE and child.cmdline() == parent.cmdline()
     except psutil.Error:  # it ended meanwhile
